@@ -1,0 +1,196 @@
+"""Consumer checkpoints: committed offsets and the write-ahead plan of the next microbatch.
+
+A consumer's checkpoint is the small Delta table ``_checkpoints/<consumer>``, one row per topic
+and log partition, rewritten whole by every commit (its history is the audit trail of every
+plan and commit). Each commit carries the application transaction
+``lakelog.checkpoint:<consumer>`` versioned by the table version it read, so of two runs that
+plan or commit from the same checkpoint, exactly one succeeds and the other fails cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from lakelog.lake import AppTxn, Lake, Snapshot
+
+TopicPartition = tuple[str, int]
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("topic", T.StringType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("committed", T.LongType()),
+        T.StructField("batch", T.LongType()),
+        T.StructField("planned_batch", T.LongType()),
+        T.StructField("planned_start", T.LongType()),
+        T.StructField("planned_end", T.LongType()),
+        T.StructField("skipped", T.LongType()),
+        T.StructField("state", T.StringType()),
+        T.StructField("updated_at", T.TimestampType()),
+    ]
+)
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("committed", pa.int64()),
+        ("batch", pa.int64()),
+        ("planned_batch", pa.int64()),
+        ("planned_start", pa.int64()),
+        ("planned_end", pa.int64()),
+        ("skipped", pa.int64()),
+        ("state", pa.string()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The offset ranges ``[start, end)`` one microbatch will process, fixed before it runs."""
+
+    batch: int
+    ranges: Mapping[TopicPartition, tuple[int, int]]
+    #: Records between the committed offset and the log-start offset that retention removed.
+    skipped: Mapping[TopicPartition, int] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        return sum(end - start for start, end in self.ranges.values())
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    consumer: str
+    snapshot: Snapshot
+    batch: int  # the last committed batch id; -1 before the first
+    committed: Mapping[TopicPartition, int]
+    plan: Plan | None
+    state: Mapping[str, Any]
+    updated_at: datetime | None = None
+
+
+def checkpoint_path(consumer: str) -> str:
+    return f"_checkpoints/{consumer}"
+
+
+def guard_app_id(consumer: str) -> str:
+    return f"lakelog.checkpoint:{consumer}"
+
+
+def load(lake: Lake, consumer: str) -> Checkpoint:
+    path = checkpoint_path(consumer)
+    if not lake.exists(path):
+        lake.create_table(path, SCHEMA)
+    snapshot = lake.snapshot(path)
+    rows = lake.read_arrow(snapshot).to_pylist()
+    if not rows:
+        return Checkpoint(consumer, snapshot, -1, {}, None, {})
+    committed = {(r["topic"], r["partition"]): r["committed"] for r in rows}
+    batch = rows[0]["batch"]
+    planned = rows[0]["planned_batch"]
+    plan = None
+    if planned is not None and planned > batch:
+        plan = Plan(
+            batch=planned,
+            ranges={
+                (r["topic"], r["partition"]): (r["planned_start"], r["planned_end"])
+                for r in rows
+                if r["planned_start"] is not None
+            },
+            skipped={(r["topic"], r["partition"]): r["skipped"] or 0 for r in rows},
+        )
+    state = json.loads(rows[0]["state"]) if rows[0]["state"] else {}
+    return Checkpoint(consumer, snapshot, batch, committed, plan, state, rows[0]["updated_at"])
+
+
+def _save(
+    lake: Lake,
+    checkpoint: Checkpoint,
+    *,
+    batch: int,
+    committed: Mapping[TopicPartition, int],
+    plan: Plan | None,
+    state: Mapping[str, Any],
+    now: datetime,
+) -> Checkpoint:
+    keys = sorted(set(committed) | set(plan.ranges if plan else {}))
+    rows = []
+    for topic, partition in keys:
+        planned = plan.ranges.get((topic, partition)) if plan else None
+        rows.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "committed": committed.get((topic, partition), 0),
+                "batch": batch,
+                "planned_batch": plan.batch if plan else None,
+                "planned_start": planned[0] if planned else None,
+                "planned_end": planned[1] if planned else None,
+                "skipped": plan.skipped.get((topic, partition), 0) if plan else None,
+                "state": json.dumps(state, sort_keys=True) if state else None,
+                "updated_at": now,
+            }
+        )
+    guard = AppTxn(guard_app_id(checkpoint.consumer), checkpoint.snapshot.version + 1)
+    version = lake.write_arrow(
+        checkpoint.snapshot,
+        pa.Table.from_pylist(rows, schema=ARROW_SCHEMA),
+        mode="overwrite",
+        txns=[guard],
+        metadata={"lakelog.checkpoint": {"batch": batch, "planned": plan.batch if plan else None}},
+    )
+    return Checkpoint(
+        checkpoint.consumer,
+        lake.snapshot(checkpoint.snapshot.path, version),
+        batch,
+        dict(committed),
+        plan,
+        dict(state),
+        now,
+    )
+
+
+def save_plan(lake: Lake, checkpoint: Checkpoint, plan: Plan, *, now: datetime) -> Checkpoint:
+    """Step 1 of a microbatch: record what it will process before any work is done."""
+    return _save(
+        lake, checkpoint, batch=checkpoint.batch, committed=checkpoint.committed, plan=plan,
+        state=checkpoint.state, now=now,
+    )
+
+
+def save_commit(
+    lake: Lake,
+    checkpoint: Checkpoint,
+    plan: Plan,
+    *,
+    now: datetime,
+    state: Mapping[str, Any] | None = None,
+) -> Checkpoint:
+    """Step 4: the batch's outputs are committed; advance the offsets to the plan's ends."""
+    committed = dict(checkpoint.committed)
+    committed.update({tp: end for tp, (_, end) in plan.ranges.items()})
+    return _save(
+        lake, checkpoint, batch=plan.batch, committed=committed, plan=None,
+        state=checkpoint.state if state is None else state, now=now,
+    )
+
+
+def save_offsets(
+    lake: Lake, checkpoint: Checkpoint, offsets: Mapping[TopicPartition, int], *, now: datetime
+) -> Checkpoint:
+    """Set committed offsets directly (an offset reset); batch ids keep increasing."""
+    committed = dict(checkpoint.committed)
+    committed.update(offsets)
+    return _save(
+        lake, checkpoint, batch=checkpoint.batch, committed=committed, plan=None,
+        state=checkpoint.state, now=now,
+    )

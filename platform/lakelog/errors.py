@@ -1,0 +1,33 @@
+"""Errors a user can act on. The CLI prints their message as one line; anything else is a bug."""
+
+
+class LakelogError(Exception):
+    """Base class: a clear, one-line explanation of what went wrong and what to do."""
+
+
+class ConfigError(LakelogError):
+    """A declaration or option is invalid (bad topic name, unknown mode, ...)."""
+
+
+class TableNotFoundError(LakelogError):
+    """A Delta table that should exist does not."""
+
+
+class UnknownTopicError(LakelogError):
+    """The named topic is not declared or has never been written."""
+
+
+class UnknownConsumerError(LakelogError):
+    """The named consumer is not declared."""
+
+
+class SchemaMismatchError(LakelogError):
+    """A DataFrame does not match the schema of the table it is written to."""
+
+
+class ConcurrentWriteError(LakelogError):
+    """Another writer committed a conflicting transaction first; nothing of ours was committed."""
+
+
+class ConsumerBusyError(LakelogError):
+    """A microbatch of the consumer is in progress, so its offsets cannot be changed now."""

@@ -1,0 +1,231 @@
+"""Ingesting NDJSON records into a topic: validate, dead-letter, de-duplicate, append.
+
+Landing-zone ingestion is exactly-once per file, in the same steps as a consumer microbatch:
+
+1. **plan** — list new landing files and commit them to the manifest as the next batch
+   (a pending plan is a retry and is reused unchanged);
+2. **dead letters** — commit the batch's bad records to ``log/_dead_letters`` with the
+   application transaction ``(lakelog.ingest:<topic>, batch)``, skipped if already there;
+3. **append** — commit the good, new records to the topic with the same transaction, also
+   skipped if already there; the commit metadata holds the batch's counts;
+4. **done** — mark the files ingested in the manifest.
+
+Per batch: records read = appended + duplicates + dead letters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from lakelog import dead_letters, landing
+from lakelog.lake import AppTxn, Lake, Snapshot
+from lakelog.log import append
+from lakelog.records import parse_lines, to_envelope
+from lakelog.topics import Topic
+
+ORDER = ("_src_file", "_src_line")
+METADATA_KEY = "lakelog.ingest"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    topic: str
+    batch: int | None
+    files: tuple[str, ...]
+    read: int = 0
+    appended: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    version: int | None = None
+    ranges: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    resumed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "batch": self.batch,
+            "files": list(self.files),
+            "read": self.read,
+            "appended": self.appended,
+            "duplicates": self.duplicates,
+            "dead_letters": self.dead_letters,
+            "version": self.version,
+            "ranges": {str(p): list(r) for p, r in self.ranges.items()},
+            "resumed": self.resumed,
+        }
+
+
+def _decoded_path(uri):
+    """Spark's percent-encoded file URI as a plain path (``file:/a%20b`` → ``/a b``)."""
+    plain = F.url_decode(F.regexp_replace(uri, "\\+", "%2B"))
+    return F.regexp_replace(plain, "^file:/+", "/")
+
+
+def read_landing_lines(spark: SparkSession, lake: Lake, files: Sequence[str]) -> DataFrame:
+    """Every line of `files` (lake-relative paths) with its file and 1-based line number."""
+    paths = [lake.spark_path(f) for f in files]
+    sources = spark.createDataFrame(
+        list(zip(paths, files)), "_path string, _src_file string"
+    )
+    whole = spark.read.text(paths, wholetext=True)
+    lines = (
+        whole.withColumn("_path", _decoded_path(F.col("_metadata.file_path")))
+        .join(F.broadcast(sources), "_path")
+        .select("_src_file", F.posexplode(F.split("value", "\n")).alias("_pos", "value"))
+    )
+    return lines.select(
+        "_src_file",
+        (F.col("_pos") + 1).cast("long").alias("_src_line"),
+        F.regexp_replace("value", "\r$", "").alias("value"),
+    )
+
+
+def lines_frame(spark: SparkSession, lines: Sequence[str], *, source: str) -> DataFrame:
+    """In-memory lines (``lakelog produce``) in the shape of `read_landing_lines`."""
+    return spark.createDataFrame(
+        [(source, i + 1, line.rstrip("\r\n")) for i, line in enumerate(lines)],
+        "_src_file string, _src_line long, value string",
+    )
+
+
+def _with_headers(lines: DataFrame) -> DataFrame:
+    return lines.withColumn(
+        "headers",
+        F.create_map(
+            F.lit("source"), F.col("_src_file"), F.lit("line"), F.col("_src_line").cast("string")
+        ),
+    )
+
+
+def _classify(
+    lake: Lake, topic: Topic, good: DataFrame, snapshot: Snapshot
+) -> DataFrame:
+    """`good` with `_status`: "new", or "duplicate" (earlier in the batch, or already in the log).
+
+    The log is searched for the batch's event ids only within the topic's dedup window around
+    the batch's event times, so the cost follows the batch, not the log's history.
+    """
+    first = Window.partitionBy("event_id").orderBy(*ORDER)
+    ranked = good.withColumn("_rank", F.row_number().over(first))
+    bounds = good.agg(F.min("event_time").alias("lo"), F.max("event_time").alias("hi")).first()
+    status = F.when(F.col("_rank") > 1, "duplicate")
+    if bounds is not None and bounds["lo"] is not None:
+        lo, hi = bounds["lo"] - topic.dedup_window, bounds["hi"] + topic.dedup_window
+        files = [f for f in snapshot.files() if f.overlaps("event_time", lo, hi)]
+        if files:
+            seen = (
+                lake.read(snapshot, files=files)
+                .where(F.col("event_time").between(lo, hi))
+                .select("event_id")
+                .distinct()
+                .withColumn("_seen", F.lit(True))
+            )
+            ranked = ranked.join(seen, "event_id", "left")
+            status = status.when(F.col("_seen"), "duplicate")
+    return ranked.withColumn("_status", status.otherwise("new"))
+
+
+def _append_lines(
+    lake: Lake,
+    topic: Topic,
+    lines: DataFrame,
+    *,
+    now: datetime,
+    txns: Sequence[AppTxn],
+    extra: Mapping[str, Any],
+) -> IngestResult | None:
+    """Steps 2 and 3 for already-read lines. None if the append was already committed."""
+    parsed = parse_lines(_with_headers(lines), topic).persist()
+    try:
+        dead = dead_letters.dead_letter_rows(parsed, topic=topic.name, ingest_time=now)
+        lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
+        dl_snapshot = lake.snapshot(dead_letters.PATH)
+        if not any((dl_snapshot.txn_version(t.app_id) or -1) >= t.version for t in txns):
+            lake.write(dl_snapshot, dead, txns=txns)
+        good = to_envelope(parsed.where(F.col("error").isNull()), topic, ingest_time=now)
+        counts: dict[str, int] = {}
+
+        def prepare(snapshot: Snapshot) -> tuple[DataFrame, dict[str, Any]]:
+            classified = _classify(lake, topic, good, snapshot)
+            tally = dict(
+                parsed.groupBy(F.col("error").isNull().alias("ok")).count().collect()
+            )
+            by_status = dict(classified.groupBy("_status").count().collect())
+            counts.clear()
+            counts.update(
+                read=tally.get(True, 0) + tally.get(False, 0),
+                appended=by_status.get("new", 0),
+                duplicates=by_status.get("duplicate", 0),
+                dead_letters=tally.get(False, 0),
+            )
+            return classified.where(F.col("_status") == "new"), {METADATA_KEY: {**extra, **counts}}
+
+        done = append(lake, topic, prepare, order_by=ORDER, txns=txns)
+    finally:
+        parsed.unpersist()
+    if done is None:
+        return None
+    result, _ = done
+    return IngestResult(
+        topic=topic.name,
+        batch=extra.get("batch"),
+        files=tuple(extra.get("files", ())),
+        version=result.version,
+        ranges=result.ranges,
+        **counts,
+    )
+
+
+def _committed_counts(lake: Lake, topic: Topic, batch: int) -> dict[str, int]:
+    """The counts an earlier attempt of `batch` recorded in its topic commit."""
+    for entry in lake.history(topic.path, limit=200):
+        info = entry.get(METADATA_KEY)
+        if isinstance(info, dict) and info.get("batch") == batch:
+            return {k: info[k] for k in ("read", "appended", "duplicates", "dead_letters")}
+    return {}
+
+
+def ingest(
+    lake: Lake, spark: SparkSession, topic: Topic, *, now: datetime, max_files: int | None = None
+) -> IngestResult:
+    """Ingest the topic's new landing files (at most `max_files`) as one exactly-once batch."""
+    manifest = landing.load_manifest(lake, topic.name)
+    plan, resumed = manifest.plan, manifest.plan is not None
+    if plan is None:
+        files = landing.pending_files(lake, manifest)[:max_files]
+        if not files:
+            return IngestResult(topic.name, None, ())
+        plan = landing.IngestPlan(manifest.batch + 1, tuple(files))
+        manifest = landing.save_plan(lake, manifest, plan, now=now)  # step 1
+    names = [f for f, _ in plan.files]
+    txn = AppTxn(f"lakelog.ingest:{topic.name}", plan.batch)
+    lines = read_landing_lines(spark, lake, names)
+    result = _append_lines(  # steps 2 and 3
+        lake, topic, lines, now=now, txns=[txn], extra={"batch": plan.batch, "files": names}
+    )
+    if result is None:
+        result = IngestResult(
+            topic.name, plan.batch, tuple(names), **_committed_counts(lake, topic, plan.batch)
+        )
+    landing.save_done(lake, manifest, plan, now=now)  # step 4
+    return IngestResult(**{**result.__dict__, "resumed": resumed})
+
+
+def produce(
+    lake: Lake, spark: SparkSession, topic: Topic, lines: Sequence[str], *, source: str,
+    now: datetime,
+) -> IngestResult:
+    """Append records given as NDJSON lines, validated and de-duplicated like landing files."""
+    result = _append_lines(
+        lake, topic, lines_frame(spark, lines, source=source), now=now, txns=(),
+        extra={"source": source},
+    )
+    assert result is not None  # no application transaction, so never "already committed"
+    return result

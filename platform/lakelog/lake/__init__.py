@@ -1,0 +1,10 @@
+"""Lake I/O: Delta tables read and written as Spark DataFrames.
+
+`Lake` is the interface every caller uses; `EmbeddedLake` implements it with delta-rs commits
+and Spark compute, so it needs no Delta jars on the Spark classpath.
+"""
+
+from lakelog.lake.base import AppTxn, DataFile, Lake, Snapshot
+from lakelog.lake.embedded import EmbeddedLake
+
+__all__ = ["AppTxn", "DataFile", "EmbeddedLake", "Lake", "Snapshot"]

@@ -1,0 +1,135 @@
+"""The interface over Delta tables that the engine codes against.
+
+A table is addressed by its path relative to the lake root (``log/page_views``). Every write is
+one Delta transaction made relative to a `Snapshot` the caller read: if another writer committed
+a transaction carrying one of the same application ids in between, the write fails with
+`ConcurrentWriteError` and nothing is committed. That is what makes offset assignment and
+checkpoint commits safe under concurrency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal, Protocol
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+WriteMode = Literal["append", "overwrite"]
+
+
+@dataclass(frozen=True)
+class AppTxn:
+    """A Delta application transaction: `(app_id, version)` recorded atomically with a commit."""
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file of a table snapshot, with the statistics used to skip it."""
+
+    path: str
+    size: int
+    num_records: int
+    partition_values: Mapping[str, Any] = field(default_factory=dict)
+    min_values: Mapping[str, Any] = field(default_factory=dict)
+    max_values: Mapping[str, Any] = field(default_factory=dict)
+    modification_time: int = 0
+
+    def overlaps(self, column: str, low: Any = None, high: Any = None) -> bool:
+        """Whether the file may hold values of `column` in ``[low, high]`` (True if unknown)."""
+        lo, hi = self.min_values.get(column), self.max_values.get(column)
+        if lo is None or hi is None:
+            return True
+        return (low is None or hi >= low) and (high is None or lo <= high)
+
+
+class Snapshot(Protocol):
+    """A table as of one version. Writes are made relative to the snapshot they were planned on."""
+
+    path: str
+    version: int
+
+    @property
+    def schema(self) -> StructType: ...
+
+    @property
+    def partition_columns(self) -> list[str]: ...
+
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+
+    def files(self) -> list[DataFile]: ...
+
+    def txn_version(self, app_id: str) -> int | None: ...
+
+
+class Lake(Protocol):
+    """Delta tables under one root, read and written as Spark DataFrames."""
+
+    root: str
+
+    def exists(self, path: str) -> bool: ...
+
+    def create_table(
+        self,
+        path: str,
+        schema: StructType,
+        *,
+        partition_by: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create the table if it does not exist; an existing table must have the same schema."""
+
+    def snapshot(self, path: str, version: int | None = None) -> Snapshot: ...
+
+    def read(self, snapshot: Snapshot, *, files: Sequence[DataFile] | None = None) -> DataFrame:
+        """The snapshot's rows (or only those of `files`), read by Spark from the Parquet files."""
+
+    def write(
+        self,
+        snapshot: Snapshot,
+        df: DataFrame | None,
+        *,
+        mode: WriteMode = "append",
+        remove: Sequence[DataFile] = (),
+        txns: Sequence[AppTxn] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Write `df` as Parquet files and commit them, with `remove`, as one transaction.
+
+        Returns the committed version. `df=None` commits only the removes and app transactions.
+        """
+
+    def read_arrow(self, snapshot: Snapshot) -> pa.Table:
+        """All rows of a small table (checkpoints, manifests) without Spark."""
+
+    def write_arrow(
+        self,
+        snapshot: Snapshot,
+        table: pa.Table,
+        *,
+        mode: WriteMode = "append",
+        txns: Sequence[AppTxn] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
+        """`write` for a small unpartitioned table given as Arrow rows."""
+
+    def list_files(self, path: str) -> list[tuple[str, int]]:
+        """Non-hidden files below `path` (not a table: the landing zone), with their sizes."""
+
+    def spark_path(self, path: str) -> str:
+        """The path Spark uses for `path`."""
+
+    def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
+        """The change data feed: rows inserted and deleted by versions ``start..end`` inclusive."""
+
+    def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
+        """Delete files no longer referenced by versions younger than `retention`."""

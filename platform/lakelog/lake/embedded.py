@@ -1,0 +1,343 @@
+"""The embedded Delta engine: Spark reads and writes the Parquet files, delta-rs commits.
+
+A write is: Spark writes the DataFrame into a private staging folder of the table; the files are
+moved into the table's own layout (``partition=3/part-....parquet``); their footers give the
+Delta statistics; delta-rs commits all adds and removes as one transaction relative to the
+snapshot the caller read, with the caller's application transactions. Files of a failed commit
+are deleted again, so a failed write leaves nothing behind but the staging folder's cleanup.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import CommitFailedError, TableNotFoundError as DeltaTableNotFound
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from lakelog.errors import (
+    ConcurrentWriteError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+from lakelog.lake.base import AppTxn, DataFile, WriteMode
+from lakelog.lake.changes import read_changes
+from lakelog.lake.schema import delta_schema_json, describe_mismatch, spark_schema
+from lakelog.lake.stats import partition_values, stats_json
+
+STAGING = "_staging"
+
+
+class DeltaSnapshot:
+    """A Delta table loaded at one version by delta-rs."""
+
+    def __init__(self, path: str, table: DeltaTable) -> None:
+        self.path = path
+        self.table = table
+        self.version: int = table.version()
+        self._files: list[DataFile] | None = None
+
+    @property
+    def schema(self) -> StructType:
+        return spark_schema(self.table.schema().to_json())
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return list(self.table.metadata().partition_columns)
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        return dict(self.table.metadata().configuration)
+
+    def files(self) -> list[DataFile]:
+        if self._files is None:
+            self._files = _data_files(pa.table(self.table.get_add_actions(flatten=True)))
+        return list(self._files)
+
+    def txn_version(self, app_id: str) -> int | None:
+        return self.table.transaction_version(app_id)
+
+
+def _data_files(actions: pa.Table) -> list[DataFile]:
+    names = actions.column_names
+    groups: dict[str, list[tuple[str, str]]] = {"min": [], "max": [], "partition": []}
+    for name in names:
+        prefix, _, column = name.partition(".")
+        if prefix in groups and column:
+            groups[prefix].append((name, column))
+    files = []
+    for row in actions.to_pylist():
+        files.append(
+            DataFile(
+                path=row["path"],
+                size=row["size_bytes"],
+                num_records=row.get("num_records") or 0,
+                partition_values={c: row[n] for n, c in groups["partition"]},
+                min_values={c: row[n] for n, c in groups["min"] if row[n] is not None},
+                max_values={c: row[n] for n, c in groups["max"] if row[n] is not None},
+                modification_time=row["modification_time"],
+            )
+        )
+    return files
+
+
+class EmbeddedLake:
+    """Delta tables under `root` (a local path or an object-store URI), computed by `spark`."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self.spark = spark
+        if "://" in root:
+            self.root = root.rstrip("/")
+            self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
+        else:
+            self.root = os.path.abspath(root)
+            self._fs, self._fs_root = pafs.LocalFileSystem(), self.root
+        self._storage_options = dict(storage_options or {})
+        # Delta readers other than Spark need standard (not INT96) Parquet timestamps.
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+
+    def uri(self, path: str) -> str:
+        return f"{self.root}/{path}"
+
+    def _fs_path(self, path: str) -> str:
+        return f"{self._fs_root}/{path}"
+
+    def spark_path(self, path: str) -> str:
+        uri = self.uri(path)
+        return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
+
+    def _delta(self, path: str, version: int | None = None) -> DeltaTable:
+        try:
+            return DeltaTable(self.uri(path), version=version, storage_options=self._storage_options)
+        except DeltaTableNotFound as exc:
+            raise TableNotFoundError(f"no Delta table at {self.uri(path)}") from exc
+
+    def exists(self, path: str) -> bool:
+        return DeltaTable.is_deltatable(self.uri(path), storage_options=self._storage_options)
+
+    def create_table(
+        self,
+        path: str,
+        schema: StructType,
+        *,
+        partition_by: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        if not self.exists(path):
+            DeltaTable.create(
+                self.uri(path),
+                DeltaSchema.from_json(delta_schema_json(schema)),
+                mode="ignore",
+                partition_by=list(partition_by) or None,
+                configuration=dict(properties or {}),
+                storage_options=self._storage_options,
+            )
+        existing = self.snapshot(path).schema
+        problem = describe_mismatch(expected=existing, actual=schema)
+        if problem:
+            raise SchemaMismatchError(f"table {path} exists with another schema: {problem}")
+
+    def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
+        return DeltaSnapshot(path, self._delta(path, version))
+
+    def read(self, snapshot: DeltaSnapshot, *, files: Sequence[DataFile] | None = None) -> DataFrame:
+        schema = snapshot.schema
+        chosen = snapshot.files() if files is None else list(files)
+        if not chosen:
+            return self.spark.createDataFrame([], schema)
+        base = self.spark_path(snapshot.path)
+        reader = self.spark.read.schema(schema).option("basePath", base)
+        return reader.parquet(*[f"{base}/{f.path}" for f in chosen]).select(*schema.fieldNames())
+
+    def write(
+        self,
+        snapshot: DeltaSnapshot,
+        df: DataFrame | None,
+        *,
+        mode: WriteMode = "append",
+        remove: Sequence[DataFile] = (),
+        txns: Sequence[AppTxn] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
+        removed = list(snapshot.files()) if mode == "overwrite" else list(remove)
+        adds = self._write_files(snapshot, df) if df is not None else []
+        return self._commit(snapshot, adds, removed, txns, metadata)
+
+    def read_arrow(self, snapshot: DeltaSnapshot) -> pa.Table:
+        return pa.table(snapshot.table.to_pyarrow_table())
+
+    def write_arrow(
+        self,
+        snapshot: DeltaSnapshot,
+        table: pa.Table,
+        *,
+        mode: WriteMode = "append",
+        txns: Sequence[AppTxn] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> int:
+        if snapshot.partition_columns:
+            raise ValueError("write_arrow is for small unpartitioned tables")
+        problem = describe_mismatch(
+            expected=snapshot.schema, actual=spark_schema(DeltaSchema.from_arrow(table.schema).to_json())
+        )
+        if problem:
+            raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
+        removed = list(snapshot.files()) if mode == "overwrite" else []
+        adds = []
+        if table.num_rows:
+            relative = f"part-{uuid.uuid4().hex}.parquet"
+            target = self._fs_path(f"{snapshot.path}/{relative}")
+            pq.write_table(table.select(snapshot.schema.fieldNames()), target, filesystem=self._fs)
+            meta = pq.read_metadata(target, filesystem=self._fs)
+            size = self._fs.get_file_info(target).size
+            adds.append(AddAction(relative, size, {}, int(time.time() * 1000), True, stats_json(meta)))
+        return self._commit(snapshot, adds, removed, txns, metadata)
+
+    def _commit(
+        self,
+        snapshot: DeltaSnapshot,
+        adds: list[AddAction],
+        removed: Sequence[DataFile],
+        txns: Sequence[AppTxn],
+        metadata: Mapping[str, Any] | None,
+    ) -> int:
+        now_ms = int(time.time() * 1000)
+        actions: list[AddAction | RemoveAction] = list(adds)
+        actions += [
+            RemoveAction(f.path, True, now_ms, f.size, _partition_strings(f.partition_values))
+            for f in removed
+        ]
+        properties = CommitProperties(
+            custom_metadata=dict(metadata) if metadata else None,
+            app_transactions=[Transaction(t.app_id, t.version) for t in txns] or None,
+            max_commit_retries=5,
+        )
+        try:
+            snapshot.table.create_write_transaction(
+                actions,
+                "append",
+                snapshot.table.schema(),
+                partition_by=snapshot.partition_columns or None,
+                commit_properties=properties,
+            )
+        except CommitFailedError as exc:
+            self._delete_files(snapshot.path, [a.path for a in adds])
+            raise ConcurrentWriteError(
+                f"another writer committed to {snapshot.path} first ({exc}); nothing was written"
+            ) from exc
+        return self._delta(snapshot.path).version()
+
+    def list_files(self, path: str) -> list[tuple[str, int]]:
+        """Files below `path` (relative paths and sizes), skipping hidden and temporary ones."""
+        base = self._fs_path(path)
+        try:
+            infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        except FileNotFoundError:
+            return []
+        found = []
+        for info in infos:
+            relative = info.path[len(base) + 1 :]
+            if info.type == pafs.FileType.File and not any(
+                part.startswith((".", "_")) for part in relative.split("/")
+            ):
+                found.append((relative, info.size))
+        return sorted(found)
+
+    def _write_files(self, snapshot: DeltaSnapshot, df: DataFrame) -> list[AddAction]:
+        """Write `df` with Spark into staging, move the files into the table, describe them."""
+        expected = snapshot.schema
+        problem = describe_mismatch(expected=expected, actual=df.schema)
+        if problem:
+            raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
+        staging = f"{snapshot.path}/{STAGING}/{uuid.uuid4().hex}"
+        writer = df.select(*expected.fieldNames()).write.mode("errorifexists")
+        if snapshot.partition_columns:
+            writer = writer.partitionBy(*snapshot.partition_columns)
+        adds: list[AddAction] = []
+        try:
+            writer.parquet(self.spark_path(staging))
+            selector = pafs.FileSelector(self._fs_path(staging), recursive=True)
+            for info in self._fs.get_file_info(selector):
+                relative = info.path[len(self._fs_path(staging)) + 1 :]
+                name = relative.rsplit("/", 1)[-1]
+                if info.type != pafs.FileType.File or not name.endswith(".parquet"):
+                    continue
+                if name.startswith((".", "_")):
+                    continue
+                target = self._fs_path(f"{snapshot.path}/{relative}")
+                self._fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                self._fs.move(info.path, target)
+                meta = pq.read_metadata(target, filesystem=self._fs)
+                if meta.num_rows == 0:
+                    self._fs.delete_file(target)
+                    continue
+                adds.append(
+                    AddAction(
+                        path=relative,
+                        size=info.size,
+                        partition_values=partition_values(relative),
+                        modification_time=int(time.time() * 1000),
+                        data_change=True,
+                        stats=stats_json(meta),
+                    )
+                )
+        except BaseException:
+            self._delete_files(snapshot.path, [a.path for a in adds])
+            raise
+        finally:
+            self._fs.delete_dir_contents(self._fs_path(staging), missing_dir_ok=True)
+            try:
+                self._fs.delete_dir(self._fs_path(staging))
+            except FileNotFoundError:
+                pass
+        return adds
+
+    def _delete_files(self, path: str, relative_paths: Sequence[str]) -> None:
+        for relative in relative_paths:
+            try:
+                self._fs.delete_file(self._fs_path(f"{path}/{relative}"))
+            except FileNotFoundError:
+                pass
+
+    def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:
+        return self._delta(path).history(limit)
+
+    def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
+        latest = self.snapshot(path)
+        return read_changes(
+            self.spark,
+            fs=self._fs,
+            table_fs_path=self._fs_path(path),
+            table_spark_path=self.spark_path(path),
+            schema=latest.schema,
+            start_version=start_version,
+            end_version=latest.version if end_version is None else end_version,
+        )
+
+    def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
+        return self._delta(path).vacuum(
+            retention_hours=int(retention.total_seconds() // 3600),
+            enforce_retention_duration=False,
+            dry_run=False,
+        )
+
+
+def _partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
+    return {k: None if v is None else str(v) for k, v in values.items()}

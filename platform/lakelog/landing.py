@@ -1,0 +1,131 @@
+"""The landing zone and its manifest: which files were ingested, and the plan of the next ingest.
+
+NDJSON files dropped under ``landing/<topic>/`` are ingested once each. A file is known by its
+path and size: a re-scanned or re-dropped identical file is skipped; a file that grew is taken
+again (its already-appended records are then caught as duplicates by event id). Hidden files and
+files under hidden folders (``.name``, ``_name``) are in-flight uploads and are not picked up.
+
+The manifest ``_checkpoints/_ingest/<topic>`` is a small Delta table rewritten by each commit,
+guarded like consumer checkpoints so that two concurrent ingests of a topic cannot both plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from lakelog.lake import AppTxn, Lake, Snapshot
+
+SUFFIXES = (".ndjson", ".jsonl", ".json")
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("file", T.StringType()),
+        T.StructField("size", T.LongType()),
+        T.StructField("batch", T.LongType()),
+        T.StructField("done", T.BooleanType()),
+        T.StructField("updated_at", T.TimestampType()),
+    ]
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("size", pa.int64()),
+        ("batch", pa.int64()),
+        ("done", pa.bool_()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def landing_path(topic: str) -> str:
+    return f"landing/{topic}"
+
+
+@dataclass(frozen=True)
+class IngestPlan:
+    batch: int
+    files: tuple[tuple[str, int], ...]  # (path relative to the lake root, size)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    topic: str
+    snapshot: Snapshot
+    batch: int  # the last completed ingest batch; -1 before the first
+    ingested: Mapping[tuple[str, int], int]  # (file, size) -> the batch that ingested it
+    plan: IngestPlan | None
+
+
+def manifest_path(topic: str) -> str:
+    return f"_checkpoints/_ingest/{topic}"
+
+
+def load_manifest(lake: Lake, topic: str) -> Manifest:
+    path = manifest_path(topic)
+    if not lake.exists(path):
+        lake.create_table(path, SCHEMA)
+    snapshot = lake.snapshot(path)
+    rows = lake.read_arrow(snapshot).to_pylist()
+    done = [r for r in rows if r["done"]]
+    planned = [r for r in rows if not r["done"]]
+    batch = max((r["batch"] for r in done), default=-1)
+    plan = None
+    if planned:
+        plan = IngestPlan(planned[0]["batch"], tuple(sorted((r["file"], r["size"]) for r in planned)))
+    return Manifest(topic, snapshot, batch, {(r["file"], r["size"]): r["batch"] for r in done}, plan)
+
+
+def pending_files(lake: Lake, manifest: Manifest) -> list[tuple[str, int]]:
+    """Landing files of the topic not yet ingested (nor planned), oldest name first."""
+    base = landing_path(manifest.topic)
+    planned = set(manifest.plan.files) if manifest.plan else set()
+    found = []
+    for relative, size in lake.list_files(base):
+        item = (f"{base}/{relative}", size)
+        if relative.endswith(SUFFIXES) and item not in manifest.ingested and item not in planned:
+            found.append(item)
+    return found
+
+
+def _save(
+    lake: Lake, manifest: Manifest, ingested: Mapping[tuple[str, int], int],
+    plan: IngestPlan | None, batch: int, now: datetime,
+) -> Manifest:
+    rows = [
+        {"file": f, "size": s, "batch": b, "done": True, "updated_at": now}
+        for (f, s), b in sorted(ingested.items())
+    ]
+    if plan:
+        rows += [
+            {"file": f, "size": s, "batch": plan.batch, "done": False, "updated_at": now}
+            for f, s in plan.files
+        ]
+    guard = AppTxn(f"lakelog.landing:{manifest.topic}", manifest.snapshot.version + 1)
+    version = lake.write_arrow(
+        manifest.snapshot, pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), mode="overwrite",
+        txns=[guard],
+    )
+    return Manifest(
+        manifest.topic, lake.snapshot(manifest.snapshot.path, version), batch,
+        dict(ingested), plan,
+    )
+
+
+def save_plan(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime) -> Manifest:
+    return _save(lake, manifest, manifest.ingested, plan, manifest.batch, now)
+
+
+def save_done(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime) -> Manifest:
+    """Mark the plan's files ingested. Entries of files gone from the landing zone are dropped."""
+    present = {
+        (f"{landing_path(manifest.topic)}/{rel}", size)
+        for rel, size in lake.list_files(landing_path(manifest.topic))
+    }
+    ingested = {item: b for item, b in manifest.ingested.items() if item in present}
+    ingested.update(dict.fromkeys(plan.files, plan.batch))
+    return _save(lake, manifest, ingested, None, plan.batch, now)

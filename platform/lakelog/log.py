@@ -1,0 +1,199 @@
+"""The partitioned log: appending with offsets, reading by offset or time, log-partition state.
+
+A record's log partition is ``pmod(xxhash64(key), partitions)`` — Spark's xxhash64 with its fixed
+seed, stable across runs, machines and Spark versions. Offsets are contiguous per log partition
+from 0. Every append carries the application transaction ``lakelog.append`` versioned by the
+table version it read: two appends planned on the same version conflict, the loser re-reads the
+heads and assigns its offsets again, so offsets never duplicate or skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import reduce
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from lakelog.errors import ConcurrentWriteError, UnknownTopicError
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
+from lakelog.topics import Topic
+
+APPEND_GUARD = "lakelog.append"
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    partition: int
+    start_offset: int  # log-start offset: the first offset still retained
+    head: int  # the next offset to be assigned
+    records: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    version: int
+    records: int
+    #: Per log partition, the offsets appended: ``[first, end)``.
+    ranges: Mapping[int, tuple[int, int]]
+
+
+def ensure_topic_table(lake: Lake, topic: Topic) -> None:
+    lake.create_table(topic.path, topic.table_schema, partition_by=["partition"])
+
+
+def topic_snapshot(lake: Lake, topic: Topic | str) -> Snapshot:
+    path = topic.path if isinstance(topic, Topic) else f"log/{topic}"
+    name = topic.name if isinstance(topic, Topic) else topic
+    if not lake.exists(path):
+        raise UnknownTopicError(f"unknown topic {name!r}: no log at {path}")
+    return lake.snapshot(path)
+
+
+def partition_states(snapshot: Snapshot, partitions: int) -> dict[int, PartitionState]:
+    """Log-start offset, head, records and bytes per log partition, from file statistics only."""
+    by_partition: dict[int, list[DataFile]] = {p: [] for p in range(partitions)}
+    for f in snapshot.files():
+        by_partition.setdefault(int(f.partition_values["partition"]), []).append(f)
+    states = {}
+    for p, files in sorted(by_partition.items()):
+        if not files:
+            states[p] = PartitionState(p, 0, 0, 0, 0)
+            continue
+        states[p] = PartitionState(
+            partition=p,
+            start_offset=min(f.min_values["offset"] for f in files),
+            head=max(f.max_values["offset"] for f in files) + 1,
+            records=sum(f.num_records for f in files),
+            bytes=sum(f.size for f in files),
+        )
+    return states
+
+
+def heads(snapshot: Snapshot, partitions: int) -> dict[int, int]:
+    return {p: s.head for p, s in partition_states(snapshot, partitions).items()}
+
+
+def partition_of(key: Column, partitions: int) -> Column:
+    return F.pmod(F.xxhash64(key.cast("string")), F.lit(partitions)).cast("int")
+
+
+def assign_offsets(
+    df: DataFrame, *, partitions: int, heads: Mapping[int, int], order_by: Sequence[str]
+) -> DataFrame:
+    """Add `partition` (hash of `key`) and `offset` (contiguous after each partition's head).
+
+    `order_by` must order the records totally, so that a retry assigns the same offsets.
+    """
+    with_partition = df.withColumn("partition", partition_of(F.col("key"), partitions))
+    head_map = F.create_map(*[x for p, h in sorted(heads.items()) for x in (F.lit(p), F.lit(h))])
+    order = Window.partitionBy("partition").orderBy(*order_by)
+    return with_partition.withColumn(
+        "offset",
+        (F.coalesce(F.element_at(head_map, F.col("partition")), F.lit(0)).cast("long")
+         + F.row_number().over(order) - 1),
+    )
+
+
+Prepared = tuple[DataFrame, Mapping[str, Any]]
+
+
+def append(
+    lake: Lake,
+    topic: Topic,
+    prepare: Callable[[Snapshot], Prepared],
+    *,
+    order_by: Sequence[str],
+    txns: Sequence[AppTxn] = (),
+    attempts: int = 5,
+) -> tuple[AppendResult, Mapping[str, Any]] | None:
+    """Append envelope-shaped records (no partition/offset yet) as one Delta commit.
+
+    `prepare(snapshot)` returns the records and the commit metadata given the log as it is now
+    (an ingest drops records already in that snapshot); after a lost race it is called again on
+    the new snapshot. Returns None if one of `txns` was already committed (the work was done).
+    """
+    ensure_topic_table(lake, topic)
+    for attempt in range(attempts):
+        snapshot = lake.snapshot(topic.path)
+        if any((snapshot.txn_version(t.app_id) or -1) >= t.version for t in txns):
+            return None
+        records, metadata = prepare(snapshot)
+        before = heads(snapshot, topic.partitions)
+        assigned = assign_offsets(
+            records, partitions=topic.partitions, heads=before, order_by=order_by
+        ).select(*topic.table_schema.fieldNames())
+        guard = AppTxn(APPEND_GUARD, snapshot.version + 1)
+        try:
+            version = lake.write(snapshot, assigned, txns=[guard, *txns], metadata=metadata)
+        except ConcurrentWriteError:
+            if attempt == attempts - 1:
+                raise
+            continue
+        after = heads(lake.snapshot(topic.path, version), topic.partitions)
+        ranges = {p: (before.get(p, 0), h) for p, h in after.items() if h > before.get(p, 0)}
+        result = AppendResult(version, sum(e - s for s, e in ranges.values()), ranges)
+        return result, metadata
+    raise AssertionError("unreachable")
+
+
+def _range_filter(ranges: Mapping[int, tuple[int, int]]) -> Column:
+    conditions = [
+        (F.col("partition") == p) & (F.col("offset") >= start) & (F.col("offset") < end)
+        for p, (start, end) in sorted(ranges.items())
+    ]
+    return reduce(lambda a, b: a | b, conditions)
+
+
+def read_offsets(
+    lake: Lake, snapshot: Snapshot, ranges: Mapping[int, tuple[int, int]]
+) -> DataFrame:
+    """Records with ``start <= offset < end`` per log partition; only overlapping files are read."""
+    wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    files = [
+        f
+        for f in snapshot.files()
+        if (r := wanted.get(int(f.partition_values["partition"])))
+        and f.overlaps("offset", r[0], r[1] - 1)
+    ]
+    df = lake.read(snapshot, files=files)
+    return df.where(_range_filter(wanted)) if wanted else df.limit(0)
+
+
+def read_event_time(
+    lake: Lake, snapshot: Snapshot, start: datetime | None, end: datetime | None
+) -> DataFrame:
+    """Records with ``start <= event_time < end``; files outside the range are skipped."""
+    files = [f for f in snapshot.files() if f.overlaps("event_time", start, end)]
+    df = lake.read(snapshot, files=files)
+    if start is not None:
+        df = df.where(F.col("event_time") >= F.lit(start))
+    if end is not None:
+        df = df.where(F.col("event_time") < F.lit(end))
+    return df
+
+
+def offsets_for_time(
+    lake: Lake, snapshot: Snapshot, partitions: int, when: datetime
+) -> dict[int, int]:
+    """Per log partition, the first offset appended at or after `when` (else the head).
+
+    Like Kafka's offsetsForTimes with log-append time: `ingest_time` grows with the offset.
+    """
+    result = heads(snapshot, partitions)
+    files = [f for f in snapshot.files() if f.overlaps("ingest_time", when, None)]
+    if files:
+        rows = (
+            lake.read(snapshot, files=files)
+            .where(F.col("ingest_time") >= F.lit(when))
+            .groupBy("partition")
+            .agg(F.min("offset").alias("offset"))
+            .collect()
+        )
+        result.update({r["partition"]: r["offset"] for r in rows})
+    return result

@@ -1,0 +1,60 @@
+"""Building the SparkSession lakelog expects.
+
+Engine functions never create sessions; the CLI, the Dagster resource and the tests build one
+here so that every entry point runs with the same settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+#: Settings the engine relies on: UTC session time (event times are instants), Parquet timestamps
+#: that every Delta reader understands, and small shuffles suited to microbatches.
+REQUIRED_CONF: Mapping[str, str] = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "4096",
+}
+
+#: Defaults for a local session; any of them can be overridden.
+LOCAL_DEFAULTS: Mapping[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.driver.memory": "4g",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    "spark.hadoop.parquet.summary.metadata.level": "NONE",
+}
+
+
+def session_conf(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The full configuration: local defaults, then overrides, then the settings lakelog needs."""
+    conf = dict(LOCAL_DEFAULTS)
+    conf.update(overrides or {})
+    conf.update(REQUIRED_CONF)
+    return conf
+
+
+def create_session(
+    *,
+    master: str = "local[*]",
+    remote: str | None = None,
+    app_name: str = "lakelog",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Start (or reuse) a SparkSession: classic with `master`, or Spark Connect with `remote`.
+
+    `remote` is a Spark Connect URL such as ``sc://spark-connect:15002``.
+    """
+    builder = SparkSession.builder.appName(app_name)
+    builder = builder.remote(remote) if remote else builder.master(master)
+    for key, value in session_conf(conf).items():
+        if remote and not key.startswith("spark.sql."):
+            continue  # cluster-level settings belong to the Connect server, not the client
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if not remote:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
