@@ -29,7 +29,7 @@ from pyspark.sql import types as T
 from lakelog import checkpoints
 from lakelog.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.errors import ConfigError, ConsumerBusyError
-from lakelog.lake import AppTxn, Lake
+from lakelog.lake import AppTxn, Lake, already_committed
 from lakelog.log import ensure_topic_table, offsets_for_time, partition_states, read_offsets, topic_snapshot
 from lakelog.merge import upsert
 from lakelog.topics import Topic
@@ -190,10 +190,7 @@ def run_batch(
     txn = AppTxn(consumer.app_id, plan.batch)
     for output in consumer.outputs:
         lake.create_table(output.path, output.schema, partition_by=output.partition_by)
-    pending = [
-        o for o in consumer.outputs
-        if (lake.snapshot(o.path).txn_version(txn.app_id) or -1) < txn.version
-    ]
+    pending = [o for o in consumer.outputs if not already_committed(lake.snapshot(o.path), txn)]
     if pending:
         records = {}
         for name in consumer.topics:  # step 2

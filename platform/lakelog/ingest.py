@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from lakelog import dead_letters, landing
-from lakelog.lake import AppTxn, Lake, Snapshot
+from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.log import append
 from lakelog.records import parse_lines, to_envelope
 from lakelog.topics import Topic
@@ -147,7 +147,7 @@ def _append_lines(
         dead = dead_letters.dead_letter_rows(parsed, topic=topic.name, ingest_time=now)
         lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
         dl_snapshot = lake.snapshot(dead_letters.PATH)
-        if not any((dl_snapshot.txn_version(t.app_id) or -1) >= t.version for t in txns):
+        if not any(already_committed(dl_snapshot, t) for t in txns):
             lake.write(dl_snapshot, dead, txns=txns)
         good = to_envelope(parsed.where(F.col("error").isNull()), topic, ingest_time=now)
         counts: dict[str, int] = {}

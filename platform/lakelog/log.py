@@ -9,6 +9,8 @@ heads and assigns its offsets again, so offsets never duplicate or skip.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from lakelog.errors import ConcurrentWriteError, UnknownTopicError
-from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, already_committed
 from lakelog.topics import Topic
 
 APPEND_GUARD = "lakelog.append"
@@ -110,7 +112,7 @@ def append(
     *,
     order_by: Sequence[str],
     txns: Sequence[AppTxn] = (),
-    attempts: int = 5,
+    attempts: int = 12,
 ) -> tuple[AppendResult, Mapping[str, Any]] | None:
     """Append envelope-shaped records (no partition/offset yet) as one Delta commit.
 
@@ -121,7 +123,7 @@ def append(
     ensure_topic_table(lake, topic)
     for attempt in range(attempts):
         snapshot = lake.snapshot(topic.path)
-        if any((snapshot.txn_version(t.app_id) or -1) >= t.version for t in txns):
+        if any(already_committed(snapshot, t) for t in txns):
             return None
         records, metadata = prepare(snapshot)
         before = heads(snapshot, topic.partitions)
@@ -134,6 +136,7 @@ def append(
         except ConcurrentWriteError:
             if attempt == attempts - 1:
                 raise
+            time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))  # back off, desynchronise
             continue
         after = heads(lake.snapshot(topic.path, version), topic.partitions)
         ranges = {p: (before.get(p, 0), h) for p, h in after.items() if h > before.get(p, 0)}

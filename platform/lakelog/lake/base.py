@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol
 
 import pyarrow as pa
@@ -46,7 +46,21 @@ class DataFile:
         lo, hi = self.min_values.get(column), self.max_values.get(column)
         if lo is None or hi is None:
             return True
+        lo, hi, low, high = (_comparable(v) for v in (lo, hi, low, high))
         return (low is None or hi >= low) and (high is None or lo <= high)
+
+
+def _comparable(value: Any) -> Any:
+    """Datetimes as aware UTC; a naive one is local time, as PySpark returns timestamps."""
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc)
+    return value
+
+
+def already_committed(snapshot: "Snapshot", txn: AppTxn) -> bool:
+    """Whether `snapshot` holds application transaction `txn` (or a later version of its app)."""
+    version = snapshot.txn_version(txn.app_id)
+    return version is not None and version >= txn.version
 
 
 class Snapshot(Protocol):

@@ -1,0 +1,97 @@
+"""Materializing a topic asset ingests its landing files into the log, exactly once."""
+
+from __future__ import annotations
+
+import dagster as dg
+from pyspark.sql import functions as F
+from shop_records import page_view
+
+from lakelog.assets.naming import TOPIC_TAG, topic_key
+from lakelog.assets.topics import topic_asset
+from lakelog.demo.shop import PAGE_VIEWS
+
+KEY = topic_key(PAGE_VIEWS)
+
+
+def materialized(result: dg.ExecuteInProcessResult, key: dg.AssetKey = KEY) -> dict:
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == key]
+    return event.materialization.metadata
+
+
+def test_ingest_appends_landing_records_with_offsets(lake, land, resources):
+    land(
+        "page_views",
+        "2026-01-05/a.ndjson",
+        [page_view(f"e{i}", f"u{i % 3}", f"p{i % 2}", second=i) for i in range(6)],
+        extra_lines=["{not json"],
+    )
+
+    result = dg.materialize([topic_asset(PAGE_VIEWS)], resources=resources)
+
+    assert result.success
+    log = lake.read(lake.snapshot(PAGE_VIEWS.path))
+    assert log.count() == 6
+    assert sorted(r.event_id for r in log.select("event_id").collect()) == [f"e{i}" for i in range(6)]
+    offsets = log.groupBy("partition").agg(
+        F.min("offset").alias("lo"), F.max("offset").alias("hi"), F.count("*").alias("n")
+    )
+    for row in offsets.collect():  # contiguous from 0 in every log partition
+        assert (row.lo, row.hi + 1) == (0, row.n)
+    dead = lake.read(lake.snapshot("log/_dead_letters")).where(F.col("topic") == "page_views")
+    assert dead.count() == 1
+
+    metadata = materialized(result)
+    assert metadata["files"].value == 1
+    assert metadata["records_read"].value == 7
+    assert metadata["records_appended"].value == 6
+    assert metadata["duplicates"].value == 0
+    assert metadata["dead_letters"].value == 1
+    assert metadata["batch"].value == 0
+    assert metadata["head_total"].value == 6
+    assert metadata["dagster/row_count"].value == 6
+    rows = {r.data["partition"]: r.data for r in metadata["log_partitions"].records}
+    assert sorted(rows) == list(range(PAGE_VIEWS.partitions))
+    assert sum(r["records"] for r in rows.values()) == 6
+    heads = {r.partition: r.hi + 1 for r in offsets.collect()}
+    assert {p: r["head"] for p, r in rows.items() if r["head"]} == heads
+    assert all(r["start_offset"] == 0 for r in rows.values())
+
+
+def test_each_landing_file_is_ingested_once(lake, land, resources):
+    asset = topic_asset(PAGE_VIEWS)
+    land("page_views", "a.ndjson", [page_view("e1", "u1", "p1"), page_view("e2", "u2", None)])
+    assert dg.materialize([asset], resources=resources).success
+
+    again = dg.materialize([asset], resources=resources)  # nothing new: no batch
+    assert materialized(again)["files"].value == 0
+    assert materialized(again)["batch"].value is None
+    assert lake.read(lake.snapshot(PAGE_VIEWS.path)).count() == 2
+
+    # A new file repeating e2: appended once, counted as a duplicate.
+    land("page_views", "b.ndjson", [page_view("e2", "u2", None), page_view("e3", "u1", "p2")])
+    third = dg.materialize([asset], resources=resources)
+    metadata = materialized(third)
+    assert (metadata["files"].value, metadata["batch"].value) == (1, 1)
+    assert (metadata["records_appended"].value, metadata["duplicates"].value) == (1, 1)
+    assert metadata["head_total"].value == 3
+    assert lake.read(lake.snapshot(PAGE_VIEWS.path)).count() == 3
+
+
+def test_max_files_config_limits_one_batch(lake, land, resources):
+    for name in ("a", "b", "c"):
+        land("page_views", f"{name}.ndjson", [page_view(f"e-{name}", "u1", "p1")])
+    config = dg.RunConfig({"log__page_views": {"config": {"max_files": 2}}})
+
+    result = dg.materialize([topic_asset(PAGE_VIEWS)], resources=resources, run_config=config)
+
+    assert materialized(result)["files"].value == 2
+    assert lake.read(lake.snapshot(PAGE_VIEWS.path)).count() == 2
+
+
+def test_topic_asset_definition():
+    asset = topic_asset(PAGE_VIEWS)
+    assert asset.key == dg.AssetKey(["log", "page_views"])
+    assert asset.group_names_by_key[asset.key] == "log"
+    assert asset.specs_by_key[asset.key].kinds == {"spark", "delta"}
+    assert asset.op.tags[TOPIC_TAG] == "page_views"
+    assert asset.op.pool == "lakelog/ingest/page_views"

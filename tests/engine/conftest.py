@@ -1,0 +1,13 @@
+"""Engine test fixtures."""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import make_topic
+
+from lakelog.topics import Topic
+
+
+@pytest.fixture
+def topic() -> Topic:
+    return make_topic()

@@ -1,0 +1,66 @@
+"""Small topics, records and landing files for engine tests."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from pyspark.sql import types as T
+
+from lakelog.topics import EventTime, Topic
+
+BASE = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("event_id", T.StringType(), False),
+        T.StructField("user_id", T.StringType(), False),
+        T.StructField("product_id", T.StringType()),
+        T.StructField("amount", T.DoubleType()),
+        T.StructField("device_time", T.TimestampType(), False),
+        T.StructField("sent_time", T.TimestampType(), False),
+        T.StructField("received_time", T.TimestampType(), False),
+    ]
+)
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def record(i: int, *, user: str | None = None, seconds: float | None = None, **fields) -> dict:
+    device = BASE + timedelta(seconds=i if seconds is None else seconds)
+    data = {
+        "event_id": f"e{i}",
+        "user_id": user or f"u{i % 7}",
+        "product_id": f"p{i % 3}",
+        "amount": float(i),
+        "device_time": iso(device),
+        "sent_time": iso(device + timedelta(seconds=2)),
+        "received_time": iso(device + timedelta(seconds=3)),
+    }
+    data.update(fields)
+    return data
+
+
+def make_topic(name: str = "events", partitions: int = 3, **kwargs) -> Topic:
+    return Topic(
+        name,
+        SCHEMA,
+        key="user_id",
+        partitions=partitions,
+        time=EventTime("device_time", "sent_time", "received_time"),
+        **kwargs,
+    )
+
+
+def drop(lake_root: str, topic: str, name: str, lines: list) -> Path:
+    """Write a landing file the way an uploader would: hidden temp name, then rename."""
+    folder = Path(lake_root) / "landing" / topic
+    folder.mkdir(parents=True, exist_ok=True)
+    text = "".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines)
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text(text)
+    tmp.rename(folder / name)
+    return folder / name

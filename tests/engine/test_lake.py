@@ -1,0 +1,131 @@
+"""The embedded Delta engine: Spark-written Parquet, delta-rs commits, statistics, change feed."""
+
+from __future__ import annotations
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.testing import assertDataFrameEqual
+
+from lakelog.errors import ConcurrentWriteError, SchemaMismatchError, TableNotFoundError
+from lakelog.lake import AppTxn
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("part", T.IntegerType()),
+        T.StructField("id", T.LongType()),
+        T.StructField("name", T.StringType()),
+        T.StructField("tags", T.MapType(T.StringType(), T.StringType())),
+    ]
+)
+
+
+def rows(spark, ids, part=0):
+    return spark.createDataFrame([(part, i, f"n{i}", {"k": str(i)}) for i in ids], SCHEMA)
+
+
+def test_append_is_one_commit_readable_by_delta_rs(lake, spark):
+    lake.create_table("t", SCHEMA, partition_by=["part"])
+    version = lake.write(lake.snapshot("t"), rows(spark, range(5)).unionByName(rows(spark, [9], 1)))
+    assert version == 1
+    snapshot = lake.snapshot("t")
+    assertDataFrameEqual(lake.read(snapshot), rows(spark, range(5)).unionByName(rows(spark, [9], 1)))
+    # Any Delta reader sees the same rows: delta-rs reads the files Spark wrote.
+    table = DeltaTable(lake.uri("t")).to_pyarrow_table()
+    assert sorted(table.column("id").to_pylist()) == [0, 1, 2, 3, 4, 9]
+    assert sorted(table.column("part").to_pylist()) == [0, 0, 0, 0, 0, 1]
+
+
+def test_file_statistics_enable_skipping(lake, spark):
+    lake.create_table("t", SCHEMA, partition_by=["part"])
+    lake.write(lake.snapshot("t"), rows(spark, range(0, 10)).coalesce(1))
+    lake.write(lake.snapshot("t"), rows(spark, range(10, 20)).coalesce(1))
+    files = lake.snapshot("t").files()
+    assert sorted((f.min_values["id"], f.max_values["id"]) for f in files) == [(0, 9), (10, 19)]
+    assert all(f.num_records == 10 and f.partition_values == {"part": 0} for f in files)
+    later = [f for f in files if f.overlaps("id", 12, 15)]
+    assert lake.read(lake.snapshot("t"), files=later).count() == 10
+
+
+def test_read_old_version(lake, spark):
+    lake.create_table("t", SCHEMA)
+    lake.write(lake.snapshot("t"), rows(spark, [1]))
+    lake.write(lake.snapshot("t"), rows(spark, [2]))
+    assert lake.read(lake.snapshot("t", version=1)).count() == 1
+    assert lake.read(lake.snapshot("t")).count() == 2
+
+
+def test_schema_mismatch_is_refused(lake, spark):
+    lake.create_table("t", SCHEMA)
+    bad = rows(spark, [1]).withColumn("id", F.col("id").cast("string"))
+    with pytest.raises(SchemaMismatchError, match="id is string, expected bigint"):
+        lake.write(lake.snapshot("t"), bad)
+    with pytest.raises(SchemaMismatchError, match="missing columns tags"):
+        lake.write(lake.snapshot("t"), rows(spark, [1]).drop("tags"))
+    assert lake.snapshot("t").version == 0
+
+
+def test_missing_table_is_a_clear_error(lake):
+    with pytest.raises(TableNotFoundError, match="no Delta table"):
+        lake.snapshot("nope")
+
+
+def test_same_app_id_from_same_snapshot_conflicts_and_leaves_no_files(lake, spark, tmp_path):
+    lake.create_table("t", SCHEMA)
+    first, second = lake.snapshot("t"), lake.snapshot("t")
+    lake.write(first, rows(spark, [1]), txns=[AppTxn("guard", 1)])
+    with pytest.raises(ConcurrentWriteError, match="nothing was written"):
+        lake.write(second, rows(spark, [2]), txns=[AppTxn("guard", 1)])
+    snapshot = lake.snapshot("t")
+    assert snapshot.txn_version("guard") == 1
+    assert [r.id for r in lake.read(snapshot).collect()] == [1]
+    data_files = [p for p in (tmp_path / "lake" / "t").rglob("*.parquet")]
+    assert len(data_files) == 1  # the loser's file was deleted again
+
+
+def test_overwrite_and_remove(lake, spark):
+    lake.create_table("t", SCHEMA)
+    lake.write(lake.snapshot("t"), rows(spark, [1, 2]))
+    lake.write(lake.snapshot("t"), rows(spark, [3]), mode="overwrite")
+    assert [r.id for r in lake.read(lake.snapshot("t")).collect()] == [3]
+    snapshot = lake.snapshot("t")
+    lake.write(snapshot, None, remove=snapshot.files(), txns=[AppTxn("x", 7)])
+    snapshot = lake.snapshot("t")
+    assert lake.read(snapshot).count() == 0 and snapshot.txn_version("x") == 7
+
+
+def test_change_feed_of_appends_and_rewrites(lake, spark):
+    lake.create_table("t", SCHEMA)
+    lake.write(lake.snapshot("t"), rows(spark, [1, 2]).coalesce(1))  # v1
+    lake.write(lake.snapshot("t"), rows(spark, [3]))  # v2
+    snapshot = lake.snapshot("t")
+    # v3 rewrites the file of v1: id 1 unchanged, id 2 deleted, id 4 inserted.
+    v1_file = [f for f in snapshot.files() if f.max_values["id"] == 2]
+    lake.write(snapshot, rows(spark, [1, 4]), remove=v1_file)
+    changes = lake.changes("t", 1).select("id", "_change_type", "_commit_version")
+    got = sorted(tuple(r) for r in changes.collect())
+    assert got == [(1, "insert", 1), (2, "delete", 3), (2, "insert", 1), (3, "insert", 2), (4, "insert", 3)]
+    only_v3 = lake.changes("t", 3, 3).select("id", "_change_type").collect()
+    assert sorted(tuple(r) for r in only_v3) == [(2, "delete"), (4, "insert")]
+
+
+def test_arrow_round_trip_for_small_tables(lake):
+    import pyarrow as pa
+
+    schema = T.StructType([T.StructField("a", T.StringType()), T.StructField("b", T.LongType())])
+    lake.create_table("small", schema)
+    table = pa.table({"a": ["x", "y"], "b": pa.array([1, 2], pa.int64())})
+    lake.write_arrow(lake.snapshot("small"), table, mode="overwrite")
+    lake.write_arrow(lake.snapshot("small"), table.slice(0, 1), mode="overwrite")
+    assert lake.read_arrow(lake.snapshot("small")).to_pylist() == [{"a": "x", "b": 1}]
+
+
+def test_landing_listing_skips_hidden(lake, tmp_path):
+    folder = tmp_path / "lake" / "landing" / "x"
+    (folder / "_tmp").mkdir(parents=True)
+    (folder / "a.ndjson").write_text("{}\n")
+    (folder / ".b.ndjson.tmp").write_text("{}\n")
+    (folder / "_tmp" / "c.ndjson").write_text("{}\n")
+    assert lake.list_files("landing/x") == [("a.ndjson", 3)]
+    assert lake.list_files("landing/missing") == []
