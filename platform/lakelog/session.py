@@ -21,6 +21,7 @@ REQUIRED_CONF: Mapping[str, str] = {
 #: Defaults for a local session; any of them can be overridden.
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",

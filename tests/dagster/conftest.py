@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
+from shop_records import SHOP_FILES
 
+from lakelog.demo.shop import TOPICS
+from lakelog.ingest import ingest
+from lakelog.lake import EmbeddedLake
 from lakelog.resources import LakeResource, SparkResource
 
 #: Same settings as the session fixture, so the resource's getOrCreate leaves them unchanged.
@@ -39,3 +45,27 @@ def resources(spark, lake) -> dict[str, Any]:
     """The resources of `build_definitions`, on the shared session and the test's lake."""
     session = SparkResource(master="local[2]", app_name="lakelog-tests", conf=SPARK_CONF)
     return {"spark": session, "lake": LakeResource(spark=session, root=lake.root)}
+
+
+@pytest.fixture(scope="session")
+def shop_template(spark, tmp_path_factory) -> Path:
+    """A lake whose shop topics hold `SHOP_FILES`, ingested once per test session.
+
+    Ingested with an old clock (2026-03-01), so retention finds the first batch expired.
+    """
+    root = tmp_path_factory.mktemp("shop") / "lake"
+    template = EmbeddedLake(spark, str(root))
+    now = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    for (topic, name), records in SHOP_FILES.items():
+        path = root / "landing" / topic / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        ingest(template, spark, TOPICS[topic], now=now)
+    return root
+
+
+@pytest.fixture
+def shop_lake(lake, shop_template):
+    """The test's own copy of `shop_template`."""
+    shutil.copytree(shop_template, lake.root, dirs_exist_ok=True)
+    return lake

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 
@@ -45,3 +46,25 @@ def order(
         "items": [{"product_id": p, "quantity": q, "unit_price": u} for p, q, u in items],
         "total": sum(q * u for _, q, u in items), **_times(second),
     }
+
+
+#: What `shop_template` ingests; its product totals are `SHOP_TOTALS`.
+SHOP_FILES = {
+    ("page_views", "a.ndjson"): [
+        page_view("v1", "u1", "p1", 1), page_view("v2", "u2", "p1", 2),
+        page_view("v3", "u3", "p2", 3), page_view("v4", "u1", None, 4),
+    ],
+    ("cart_events", "a.ndjson"): [
+        cart_event("c1", "u1", "add", "p1", quantity=2, price=10.0, second=5),
+        cart_event("c2", "u2", "add", "p2", quantity=1, price=4.5, second=6),
+        cart_event("c3", "u2", "remove", "p2", quantity=1, price=4.5, second=7),
+    ],
+    ("orders", "a.ndjson"): [order("o1", "u1", [("p1", 2, 10.0), ("p2", 1, 4.5)], 8)],
+    # A second batch of page views: u1's log partition then has two files (see retention).
+    ("page_views", "b.ndjson"): [page_view("v5", "u1", "p2", 9)],
+}
+SHOP_TOTALS = {  # views, cart adds, cart removes, orders, units sold, revenue
+    "p1": (2, 1, 0, 1, 2, Decimal("20.00")),
+    "p2": (2, 1, 1, 1, 1, Decimal("4.50")),
+}
+SHOP_RECORDS = sum(len(records) for records in SHOP_FILES.values())

@@ -33,7 +33,7 @@ from lakelog.errors import (
 )
 from lakelog.lake.base import AppTxn, DataFile, WriteMode
 from lakelog.lake.changes import read_changes
-from lakelog.lake.schema import delta_schema_json, describe_mismatch, spark_schema
+from lakelog.lake.schema import delta_schema_json, describe_mismatch, spark_schema, widen
 from lakelog.lake.stats import partition_values, stats_json
 
 STAGING = "_staging"
@@ -263,6 +263,7 @@ class EmbeddedLake:
     def _write_files(self, snapshot: DeltaSnapshot, df: DataFrame) -> list[AddAction]:
         """Write `df` with Spark into staging, move the files into the table, describe them."""
         expected = snapshot.schema
+        df = widen(df, expected)
         problem = describe_mismatch(expected=expected, actual=df.schema)
         if problem:
             raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")

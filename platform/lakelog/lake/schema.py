@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 
@@ -45,6 +47,26 @@ def _strip(node: Any) -> Any:
     if isinstance(node, list):
         return [_strip(v) for v in node]
     return node
+
+
+_WIDENING = {
+    ("byte", "short"), ("byte", "integer"), ("byte", "long"), ("short", "integer"),
+    ("short", "long"), ("integer", "long"), ("float", "double"),
+}
+
+
+def widen(df: DataFrame, expected: StructType) -> DataFrame:
+    """Cast top-level columns whose type safely widens to `expected`'s (int → bigint, ...),
+    as Spark SQL does on INSERT; other differences are left for `describe_mismatch` to report."""
+    want = {f.name: f.dataType for f in expected.fields}
+    columns = []
+    for f in df.schema.fields:
+        target = want.get(f.name)
+        if target is not None and (f.dataType.typeName(), target.typeName()) in _WIDENING:
+            columns.append(F.col(f.name).cast(target).alias(f.name))
+        else:
+            columns.append(F.col(f.name))
+    return df.select(*columns)
 
 
 def describe_mismatch(*, expected: StructType, actual: StructType) -> str | None:
