@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -97,12 +97,14 @@ class EmbeddedLake:
 
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SparkSession | Callable[[], SparkSession],
         root: str,
         *,
         storage_options: Mapping[str, str] | None = None,
     ) -> None:
-        self.spark = spark
+        """`spark` may be a factory: metadata-only work (offsets, heads, lag) never starts Spark."""
+        self._spark = spark
+        self._spark_ready = False
         if "://" in root:
             self.root = root.rstrip("/")
             self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
@@ -110,8 +112,16 @@ class EmbeddedLake:
             self.root = os.path.abspath(root)
             self._fs, self._fs_root = pafs.LocalFileSystem(), self.root
         self._storage_options = dict(storage_options or {})
-        # Delta readers other than Spark need standard (not INT96) Parquet timestamps.
-        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+
+    @property
+    def spark(self) -> SparkSession:
+        if not self._spark_ready:
+            if not isinstance(self._spark, SparkSession):
+                self._spark = self._spark()
+            # Delta readers other than Spark need standard (not INT96) Parquet timestamps.
+            self._spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+            self._spark_ready = True
+        return self._spark
 
     def uri(self, path: str) -> str:
         return f"{self.root}/{path}"

@@ -1,0 +1,150 @@
+"""The `lakelog` command line end to end, in subprocesses, on real Delta tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+from lakelog.demo import shop
+
+pytestmark = pytest.mark.slow
+
+LAKELOG = [sys.executable, "-m", "lakelog.cli"]
+DEMO = ["demo", "--events", "20000", "--batches", "2", "--seed", "11"]
+
+
+def lakelog(*args, home, check=True, timeout=600):
+    env = {**os.environ, "LAKELOG_SPARK_MASTER": "local[2]"}
+    proc = subprocess.run(
+        [*LAKELOG, *args, "--home", str(home)], capture_output=True, text=True, env=env,
+        timeout=timeout,
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def table(home, path, drop=("ingest_time",)):
+    """A Delta table's rows, read by delta-rs (not Spark), in a canonical order."""
+    data = DeltaTable(str(Path(home) / path)).to_pyarrow_table()
+    data = data.drop_columns([c for c in drop if c in data.column_names])
+    keys = [(c, "ascending") for c in data.column_names if c not in ("headers", "results", "items")]
+    return data.sort_by(keys).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def demo_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("demo")
+    proc = lakelog(*DEMO, "--json", home=home)
+    return home, json.loads(proc.stdout)
+
+
+def test_demo_then_lag_and_topics(demo_home):
+    home, summary = demo_home
+    assert summary["appended"] == 20000  # the workload has exactly 20,000 distinct events
+    assert summary["read"] == summary["appended"] + summary["duplicates"] + summary["dead_letters"]
+    assert summary["duplicates"] > 0 and summary["dead_letters"] > 0
+
+    lag = json.loads(lakelog("lag", "--json", home=home).stdout)
+    assert lag and all(row["lag"] == 0 for row in lag)
+    assert {row["topic"] for row in lag} == set(shop.PRODUCT_STATS_CONSUMER.topics)
+
+    topics = json.loads(lakelog("topics", "--json", home=home).stdout)
+    assert {t["topic"] for t in topics} == set(shop.TOPICS)
+    for entry in topics:
+        data = DeltaTable(str(home / "log" / entry["topic"])).to_pyarrow_table()
+        assert entry["records"] == data.num_rows
+        for o in entry["offsets"]:
+            offsets = data.filter(pc.equal(data["partition"], o["partition"]))["offset"]
+            assert o["records"] == len(offsets) == o["head"] - o["start"]
+            if len(offsets):
+                assert o["head"] == pc.max(offsets).as_py() + 1 and o["start"] == 0
+    assert sum(t["records"] for t in topics) == 20000
+
+
+def test_demo_rerun_is_idempotent(demo_home, tmp_path):
+    home, _ = demo_home
+    before = {t: table(home, f"log/{t}") for t in shop.TOPICS}
+    again = json.loads(lakelog(*DEMO, "--json", home=home).stdout)
+    assert again["appended"] == 0 and again["files_written"] == 0 and again["microbatches"] == 0
+    assert {t: table(home, f"log/{t}") for t in shop.TOPICS} == before
+
+
+def test_killed_demo_finishes_with_the_same_tables(demo_home, tmp_path):
+    reference, _ = demo_home
+    home = tmp_path / "killed"
+    env = {**os.environ, "LAKELOG_SPARK_MASTER": "local[2]"}
+    for delay in (12, 25):  # kill it twice, at different stages, with SIGKILL
+        proc = subprocess.Popen(
+            [*LAKELOG, *DEMO, "--home", str(home)], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    lakelog(*DEMO, home=home)
+    for t in shop.TOPICS:
+        assert table(home, f"log/{t}") == table(reference, f"log/{t}"), t
+    assert table(home, "log/_dead_letters") == table(reference, "log/_dead_letters")
+    stats = shop.PRODUCT_STATS.path
+    assert table(home, stats, drop=()) == table(reference, stats, drop=())
+    lag = json.loads(lakelog("lag", "--json", home=home).stdout)
+    assert all(row["lag"] == 0 for row in lag)
+
+
+def test_produce_and_tail(tmp_path):
+    home = tmp_path / "lake"
+    good = {
+        "event_id": "x1", "user_id": "alice", "session_id": "s1", "page": "product",
+        "product_id": "P0001", "device_time": "2026-01-05T08:00:00.000Z",
+        "sent_time": "2026-01-05T08:00:01.000Z", "received_time": "2026-01-05T08:00:01.200Z",
+    }
+    lines = [json.dumps(good), "{oops", json.dumps({**good, "event_id": "x2"})]
+    source = tmp_path / "in.ndjson"
+    source.write_text("\n".join(lines) + "\n")
+    produced = json.loads(lakelog("produce", "page_views", str(source), "--json", home=home).stdout)
+    assert (produced["read"], produced["appended"], produced["dead_letters"]) == (3, 2, 1)
+    records = json.loads(lakelog("tail", "page_views", "--json", home=home).stdout)
+    assert [r["event_id"] for r in records] == ["x1", "x2"]
+    assert records[0]["offset"] == 0 and records[1]["offset"] == 1
+    assert records[0]["headers"]["line"] == "1"
+    later = json.loads(
+        lakelog("tail", "page_views", "--from-offset", "1", "--json", home=home).stdout
+    )
+    assert [r["event_id"] for r in later] == ["x2"]
+    stdin = subprocess.run(
+        [*LAKELOG, "produce", "page_views", "-", "--home", str(home)],
+        input=json.dumps({**good, "event_id": "x3"}) + "\n", capture_output=True, text=True,
+    )
+    assert stdin.returncode == 0 and "1 appended" in stdin.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["tail", "nope"], 1, "unknown topic 'nope'"),
+        (["lag", "nope"], 1, "unknown consumer 'nope'"),
+        (["produce", "page_views", "/no/such/file.ndjson"], 1, "cannot read /no/such/file.ndjson"),
+        (["offsets", "reset", "product_stats", "--to", "yesterday"], 1, "not an ISO timestamp"),
+        (["tail", "page_views", "-n", "0"], 2, "-n must be at least 1"),
+        (["tail", "page_views", "--from-offset", "x"], 2, "invalid int value"),
+        (["frobnicate"], 2, "invalid choice"),
+    ],
+)
+def test_errors_are_one_line(tmp_path, args, code, message):
+    proc = lakelog(*args, home=tmp_path, check=False) if args != ["frobnicate"] else subprocess.run(
+        [*LAKELOG, *args], capture_output=True, text=True
+    )
+    assert proc.returncode == code
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("lakelog")]) == 1

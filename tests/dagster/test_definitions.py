@@ -1,0 +1,82 @@
+"""The code location: what `build_definitions` declares, and the instance config it relies on."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import dagster as dg
+import yaml
+from pyspark.sql import types as T
+
+from lakelog.assets.definitions import build_definitions, defs
+from lakelog.assets.naming import CONSUMER_TAG, TOPIC_TAG
+from lakelog.consumers import Consumer, Output
+from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.topics import Topic
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shop_definitions():
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    topics = {dg.AssetKey(["log", name]) for name in TOPICS}
+    assert graph.get_all_asset_keys() == topics | {dg.AssetKey(["streams", "product_stats"])}
+    assert {graph.get(k).group_name for k in topics} == {"log"}
+    assert set(graph.get(dg.AssetKey(["streams", "product_stats"])).parent_keys) == {
+        dg.AssetKey(["log", t]) for t in ("page_views", "cart_events", "orders")
+    }
+    assert {s.name for s in defs.sensors} == {"landing_zone", "offsets_product_stats"}
+    assert all(s.minimum_interval_seconds == 30 for s in defs.sensors)
+    [schedule] = defs.schedules
+    assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 3 * * *", "UTC")
+    assert schedule.job_name == "maintenance"
+    assert defs.resolve_job_def("microbatch_product_stats").tags == {CONSUMER_TAG: "product_stats"}
+
+
+def test_a_declared_pipeline_becomes_assets_sensors_and_jobs():
+    signups = Topic(
+        "signups",
+        T.StructType([T.StructField("event_id", T.StringType()), T.StructField("user_id", T.StringType())]),
+        key="user_id",
+        partitions=2,
+    )
+    counts = Consumer(
+        "signup_counts",
+        topics=("signups",),
+        outputs=(Output("streams/signup_counts", T.StructType([T.StructField("n", T.LongType())])),),
+        transform=lambda batch: {},
+    )
+
+    built = build_definitions({"signups": signups}, {"signup_counts": counts})
+
+    dg.Definitions.validate_loadable(built)
+    graph = built.resolve_asset_graph()
+    assert graph.get_all_asset_keys() == {
+        dg.AssetKey(["log", "signups"]), dg.AssetKey(["streams", "signup_counts"])
+    }
+    assert {s.name for s in built.sensors} == {"landing_zone", "offsets_signup_counts"}
+    assert built.resolve_job_def("microbatch_signup_counts").tags == {CONSUMER_TAG: "signup_counts"}
+
+
+def test_spark_connect_location_loads_without_its_environment():
+    connect = runpy.run_path(str(REPO / "deploy" / "spark_connect.py"))["defs"]
+    dg.Definitions.validate_loadable(connect)  # EnvVars resolve at run time, not at load time
+
+
+def test_deploy_instance_limits_one_run_per_consumer_and_topic(tmp_path):
+    config = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
+    assert set(config["storage"]) == {"postgres"}
+    del config["storage"]  # no PostgreSQL here: the rest must load as it is
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
+
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+
+    concurrency = instance.get_concurrency_config()
+    limits = {c["key"]: c for c in concurrency.run_queue_config.tag_concurrency_limits}
+    for tag in (CONSUMER_TAG, TOPIC_TAG):
+        assert limits[tag]["limit"] == 1
+        assert limits[tag]["value"] == {"applyLimitPerUniqueValue": True}
+    assert concurrency.pool_config.default_pool_limit == 1
+    assert concurrency.pool_config.pool_granularity.value == "run"
