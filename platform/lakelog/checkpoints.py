@@ -70,7 +70,7 @@ class Plan:
 @dataclass(frozen=True)
 class Checkpoint:
     consumer: str
-    snapshot: Snapshot
+    snapshot: Snapshot | None  # None: no checkpoint table yet (nothing was ever committed)
     batch: int  # the last committed batch id; -1 before the first
     committed: Mapping[TopicPartition, int]
     plan: Plan | None
@@ -87,9 +87,10 @@ def guard_app_id(consumer: str) -> str:
 
 
 def load(lake: Lake, consumer: str) -> Checkpoint:
+    """The consumer's checkpoint; reading it never writes (a new consumer has no table yet)."""
     path = checkpoint_path(consumer)
     if not lake.exists(path):
-        lake.create_table(path, SCHEMA)
+        return Checkpoint(consumer, None, -1, {}, None, {})
     snapshot = lake.snapshot(path)
     rows = lake.read_arrow(snapshot).to_pylist()
     if not rows:
@@ -140,9 +141,13 @@ def _save(
                 "updated_at": now,
             }
         )
-    guard = AppTxn(guard_app_id(checkpoint.consumer), checkpoint.snapshot.version + 1)
+    snapshot = checkpoint.snapshot
+    if snapshot is None:  # first commit: relative to the empty table, so a racing first wins
+        lake.create_table(checkpoint_path(checkpoint.consumer), SCHEMA)
+        snapshot = lake.snapshot(checkpoint_path(checkpoint.consumer), version=0)
+    guard = AppTxn(guard_app_id(checkpoint.consumer), snapshot.version + 1)
     version = lake.write_arrow(
-        checkpoint.snapshot,
+        snapshot,
         pa.Table.from_pylist(rows, schema=ARROW_SCHEMA),
         mode="overwrite",
         txns=[guard],
@@ -150,7 +155,7 @@ def _save(
     )
     return Checkpoint(
         checkpoint.consumer,
-        lake.snapshot(checkpoint.snapshot.path, version),
+        lake.snapshot(snapshot.path, version),
         batch,
         dict(committed),
         plan,

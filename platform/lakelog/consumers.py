@@ -29,7 +29,7 @@ from pyspark.sql import types as T
 from lakelog import checkpoints
 from lakelog.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.errors import ConfigError, ConsumerBusyError
-from lakelog.lake import AppTxn, Lake, already_committed
+from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.log import ensure_topic_table, offsets_for_time, partition_states, read_offsets, topic_snapshot
 from lakelog.merge import upsert
 from lakelog.topics import Topic
@@ -49,14 +49,19 @@ class Output:
 
 @dataclass(frozen=True)
 class BatchInput:
-    """What a transform sees: the batch's records per topic, and the outputs as they are now."""
+    """What a transform sees: the batch's records per topic, and the outputs as they are now.
+
+    `current` reads the very snapshot the output will be committed against, so a run that raced
+    another run of the same batch cannot commit state computed from a stale read.
+    """
 
     lake: Lake
     batch: int
     records: Mapping[str, DataFrame]
+    outputs: Mapping[str, Snapshot]
 
     def current(self, output: Output) -> DataFrame:
-        return self.lake.read(self.lake.snapshot(output.path))
+        return self.lake.read(self.outputs[output.path])
 
 
 Transform = Callable[[BatchInput], Mapping[str, DataFrame]]
@@ -190,15 +195,16 @@ def run_batch(
     txn = AppTxn(consumer.app_id, plan.batch)
     for output in consumer.outputs:
         lake.create_table(output.path, output.schema, partition_by=output.partition_by)
-    pending = [o for o in consumer.outputs if not already_committed(lake.snapshot(o.path), txn)]
+    snapshots = {o.path: lake.snapshot(o.path) for o in consumer.outputs}
+    pending = [o for o in consumer.outputs if not already_committed(snapshots[o.path], txn)]
     if pending:
         records = {}
         for name in consumer.topics:  # step 2
             ranges = {p: r for (t, p), r in plan.ranges.items() if t == name}
             records[name] = read_offsets(lake, topic_snapshot(lake, topic_map[name]), ranges)
-        produced = consumer.transform(BatchInput(lake, plan.batch, records))
+        produced = consumer.transform(BatchInput(lake, plan.batch, records, snapshots))
         for output in pending:  # step 3
-            _write_output(lake, output, produced[output.path], txn, plan)
+            _write_output(lake, snapshots[output.path], output, produced[output.path], txn, plan)
     checkpoints.save_commit(lake, checkpoint, plan, now=now)  # step 4
     return BatchResult(
         consumer=consumer.name,
@@ -212,8 +218,10 @@ def run_batch(
     )
 
 
-def _write_output(lake: Lake, output: Output, df: DataFrame, txn: AppTxn, plan: Plan) -> None:
-    snapshot = lake.snapshot(output.path)
+def _write_output(
+    lake: Lake, snapshot: Snapshot, output: Output, df: DataFrame, txn: AppTxn, plan: Plan
+) -> None:
+    """Commit against `snapshot`: if another run committed this batch since, this one fails."""
     metadata = {"lakelog.batch": {"batch": plan.batch, "records": plan.records}}
     if output.keys:
         upsert(lake, snapshot, df, keys=output.keys, txns=[txn], metadata=metadata)

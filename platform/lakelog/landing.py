@@ -55,7 +55,7 @@ class IngestPlan:
 @dataclass(frozen=True)
 class Manifest:
     topic: str
-    snapshot: Snapshot
+    snapshot: Snapshot | None  # None: nothing was ever ingested
     batch: int  # the last completed ingest batch; -1 before the first
     ingested: Mapping[tuple[str, int], int]  # (file, size) -> the batch that ingested it
     plan: IngestPlan | None
@@ -66,9 +66,10 @@ def manifest_path(topic: str) -> str:
 
 
 def load_manifest(lake: Lake, topic: str) -> Manifest:
+    """The topic's manifest; reading it never writes."""
     path = manifest_path(topic)
     if not lake.exists(path):
-        lake.create_table(path, SCHEMA)
+        return Manifest(topic, None, -1, {}, None)
     snapshot = lake.snapshot(path)
     rows = lake.read_arrow(snapshot).to_pylist()
     done = [r for r in rows if r["done"]]
@@ -105,13 +106,17 @@ def _save(
             {"file": f, "size": s, "batch": plan.batch, "done": False, "updated_at": now}
             for f, s in plan.files
         ]
-    guard = AppTxn(f"lakelog.landing:{manifest.topic}", manifest.snapshot.version + 1)
+    snapshot = manifest.snapshot
+    if snapshot is None:  # first commit: relative to the empty table, so a racing first wins
+        lake.create_table(manifest_path(manifest.topic), SCHEMA)
+        snapshot = lake.snapshot(manifest_path(manifest.topic), version=0)
+    guard = AppTxn(f"lakelog.landing:{manifest.topic}", snapshot.version + 1)
     version = lake.write_arrow(
-        manifest.snapshot, pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), mode="overwrite",
+        snapshot, pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), mode="overwrite",
         txns=[guard],
     )
     return Manifest(
-        manifest.topic, lake.snapshot(manifest.snapshot.path, version), batch,
+        manifest.topic, lake.snapshot(snapshot.path, version), batch,
         dict(ingested), plan,
     )
 

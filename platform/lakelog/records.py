@@ -36,12 +36,15 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
         + [T.StructField(CORRUPT, T.StringType())]
     )
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    parsed = (
-        lines.where(F.trim(F.col("value")) != "")
-        .withColumn("_typed", F.from_json("value", schema, options))
-        .withColumn("_raw", F.from_json("value", T.MapType(T.StringType(), T.StringType())))
+    parsed = lines.where(F.trim(F.col("value")) != "").withColumn(
+        "_typed", F.from_json("value", schema, options)
     )
-    raw, typed = F.col("_raw"), F.col("_typed")
+    typed = F.col("_typed")
+    suspect = typed[CORRUPT].isNotNull()
+    for name in topic.required_fields:
+        suspect = suspect | typed[name].isNull()
+    # Only suspect lines are parsed a second time, as a flat map, to say what is wrong.
+    raw = F.when(suspect, F.from_json("value", T.MapType(T.StringType(), T.StringType())))
     checks: list[tuple[Column, Column]] = [
         (raw.isNull(), F.lit("malformed JSON: not a JSON object")),
     ]
@@ -60,8 +63,8 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
                 ),
             )
         )
-    checks.append((typed[CORRUPT].isNotNull(), F.lit("record does not match the topic schema")))
-    return parsed.withColumn("error", _first_error(checks))
+    checks.append((F.lit(True), F.lit("record does not match the topic schema")))
+    return parsed.withColumn("error", F.when(suspect, _first_error(checks)))
 
 
 def to_envelope(parsed: DataFrame, topic: Topic, *, ingest_time: datetime) -> DataFrame:

@@ -31,7 +31,8 @@ class RetentionResult:
 
 
 def consumer_floors(lake: Lake, topic: Topic, consumers: Sequence[Consumer]) -> dict[int, int]:
-    """Per log partition, the lowest offset committed by a consumer of `topic`."""
+    """Per log partition, the lowest offset committed by a consumer of `topic` (a consumer that
+    never committed and starts at the earliest offset holds the whole log)."""
     floors: dict[int, int] = {}
     for consumer in consumers:
         if topic.name not in consumer.topics:
@@ -59,11 +60,8 @@ def expired_files(
         for f in files[:-1]:  # the newest file is the active segment
             too_old = policy.time is not None and f.max_values["ingest_time"] < now - policy.time
             too_big = policy.bytes is not None and remaining > policy.bytes
-            consumed = (
-                floors is None
-                or policy.ignore_consumers
-                or f.max_values["offset"] < floors.get(p, 0)
-            )
+            floor = None if floors is None else floors.get(p)
+            consumed = floor is None or f.max_values["offset"] < floor
             if not (too_old or too_big) or not consumed:
                 break
             expired.append(f)

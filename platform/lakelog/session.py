@@ -7,8 +7,11 @@ here so that every entry point runs with the same settings.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+LOG4J = Path(__file__).with_name("log4j2.properties")
 
 #: Settings the engine relies on: UTC session time (event times are instants), Parquet timestamps
 #: that every Delta reader understands, and small shuffles suited to microbatches.
@@ -27,6 +30,7 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.sql.adaptive.enabled": "true",
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.hadoop.parquet.summary.metadata.level": "NONE",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J.as_uri()}",
 }
 
 

@@ -197,6 +197,35 @@ def test_two_concurrent_runs_one_wins_the_other_writes_nothing(spark, lake, load
     assert_exactly_once(lake)
 
 
+def test_a_run_resuming_a_live_plan_cannot_double_apply(lake, loaded):
+    """Run B takes run A's pending plan for a crashed one and finishes it; A then loses."""
+    in_transform, b_done = threading.Event(), threading.Event()
+
+    def slow(batch):
+        in_transform.set()
+        b_done.wait(timeout=120)
+        return transform(batch)
+
+    outcome = []
+
+    def run_a():
+        try:
+            outcome.append(consumers.run_batch(lake, make_consumer(100, slow), loaded, now=clock()))
+        except ConcurrentWriteError as exc:
+            outcome.append(exc)
+
+    a = threading.Thread(target=run_a)
+    a.start()
+    assert in_transform.wait(timeout=120)
+    b = consumers.run_batch(lake, make_consumer(100), loaded, now=clock())
+    assert b.resumed and b.batch == 0
+    b_done.set()
+    a.join()
+    assert isinstance(outcome[0], ConcurrentWriteError)
+    assert lake.snapshot(COPY.path).version == 1 and lake.snapshot(COUNTS.path).version == 1
+    assert_exactly_once(lake)
+
+
 def test_reset_offsets(lake, spark, loaded, now):
     consumer = make_consumer(max_records=100)
     consumers.run_until_caught_up(lake, consumer, loaded, now=clock)
