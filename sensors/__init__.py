@@ -1,1 +1,7 @@
-"""Dagster layer."""
+"""Dagster sensors and schedules: new data becomes runs, maintenance runs daily."""
+
+from lakelog.sensors.landing import landing_sensor
+from lakelog.sensors.offsets import log_sensor
+from lakelog.sensors.schedules import maintenance_schedule
+
+__all__ = ["landing_sensor", "log_sensor", "maintenance_schedule"]

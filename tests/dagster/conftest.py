@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +51,17 @@ def resources(spark, lake) -> dict[str, Any]:
 def shop_template(spark, tmp_path_factory) -> Path:
     """A lake whose shop topics hold `SHOP_FILES`, ingested once per test session.
 
-    Ingested with an old clock (2026-03-01), so retention finds the first batch expired.
+    Ingested 30 days ago by the wall clock the maintenance job uses, so the 7-day retention
+    finds every batch but the newest of each log partition expired.
     """
     root = tmp_path_factory.mktemp("shop") / "lake"
     template = EmbeddedLake(spark, str(root))
-    now = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    month_ago = datetime.now(timezone.utc) - timedelta(days=30)
     for (topic, name), records in SHOP_FILES.items():
         path = root / "landing" / topic / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
-        ingest(template, spark, TOPICS[topic], now=now)
+        ingest(template, spark, TOPICS[topic], now=month_ago)
     return root
 
 

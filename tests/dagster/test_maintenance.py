@@ -32,9 +32,8 @@ def test_maintenance_job_enforces_retention_and_reports_it(shop_lake, resources,
     assert after.count() == len(log) - 2
     assert partition_states(shop_lake.snapshot(PAGE_VIEWS.path), 4)[u1].start_offset == 2
 
-    observed = {
-        e.asset_key.path[1]: e.metadata for e in result.asset_observations_for_node("enforce_retention")
-    }
+    events = result.asset_observations_for_node("enforce_retention")
+    observed = {e.asset_key.path[1]: e.metadata for e in events}
     assert set(observed) == {"page_views", "cart_events", "orders"}  # the topics with a log
     page_views = observed["page_views"]
     assert page_views["removed_records"].value == 2

@@ -31,7 +31,7 @@ def test_ingest_appends_landing_records_with_offsets(lake, land, resources):
     assert result.success
     log = lake.read(lake.snapshot(PAGE_VIEWS.path))
     assert log.count() == 6
-    assert sorted(r.event_id for r in log.select("event_id").collect()) == [f"e{i}" for i in range(6)]
+    assert sorted(r.event_id for r in log.collect()) == [f"e{i}" for i in range(6)]
     offsets = log.groupBy("partition").agg(
         F.min("offset").alias("lo"), F.max("offset").alias("hi"), F.count("*").alias("n")
     )

@@ -1,0 +1,103 @@
+"""Consumer assets: a consumer's output tables, advanced by exactly-once microbatches."""
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Optional
+
+import dagster as dg
+from pydantic import Field
+
+from lakelog.assets.errors import engine_errors
+from lakelog.assets.metadata import lag_table
+from lakelog.assets.naming import CONSUMER_TAG, consumer_pool, op_name, output_key, topic_key
+from lakelog.consumers import Consumer, lag, run_until_caught_up
+from lakelog.errors import ConfigError
+from lakelog.resources import LakeResource
+from lakelog.topics import Topic
+
+if TYPE_CHECKING:
+    from dagster._core.definitions.unresolved_asset_job_definition import (
+        UnresolvedAssetJobDefinition,
+    )
+
+
+class MicrobatchConfig(dg.Config):
+    max_batches: Optional[int] = Field(
+        default=None, description="Stop after this many microbatches (default: until caught up)."
+    )
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.AssetsDefinition:
+    """One asset per output of `consumer`, all written by the same microbatches.
+
+    The op carries the consumer tag and its own pool (both limited to one run in
+    deploy/dagster.yaml), so two microbatch runs of one consumer never execute at once. Should
+    they anyway, the engine's commit guards fail one with `ConcurrentWriteError`, which fails
+    its run with that message.
+    """
+    missing = [t for t in consumer.topics if t not in topics]
+    if missing:
+        raise ConfigError(f"consumer {consumer.name} reads undeclared topics: {', '.join(missing)}")
+    reads = {name: topics[name] for name in consumer.topics}
+    deps = [topic_key(t) for t in consumer.topics]
+    specs = [
+        dg.AssetSpec(
+            output_key(o),
+            deps=deps,
+            group_name="streams",
+            kinds={"spark", "delta"},
+            description=f"Written by consumer {consumer.name} from {', '.join(consumer.topics)}.",
+        )
+        for o in consumer.outputs
+    ]
+
+    @dg.multi_asset(
+        name=op_name("consume", consumer.name),
+        specs=specs,
+        can_subset=False,
+        op_tags={CONSUMER_TAG: consumer.name},
+        pool=consumer_pool(consumer),
+    )
+    def _consume(
+        context: dg.AssetExecutionContext, config: MicrobatchConfig, lake: LakeResource
+    ) -> Iterator[dg.MaterializeResult]:
+        the_lake = lake.open()
+        with engine_errors():
+            batches = run_until_caught_up(
+                the_lake, consumer, reads, now=_now, max_batches=config.max_batches
+            )
+            lags = lag(the_lake, consumer, reads)
+        context.log.info(f"consumer {consumer.name}: {len(batches)} microbatches")
+        metadata = {
+            "batches": len(batches),
+            "records": sum(b.records for b in batches),
+            "batch_ids": [b.batch for b in batches],
+            "resumed": any(b.resumed for b in batches),
+            "lost_to_retention": sum(b.lost_to_retention for b in batches),
+            "lag": lag_table(lags),
+            "lag_total": sum(x.lag for x in lags),
+        }
+        for output in consumer.outputs:
+            files = the_lake.snapshot(output.path).files() if the_lake.exists(output.path) else []
+            rows = sum(f.num_records for f in files)
+            yield dg.MaterializeResult(
+                asset_key=output_key(output), metadata={**metadata, "dagster/row_count": rows}
+            )
+
+    return _consume
+
+
+def consumer_job(
+    consumer: Consumer, asset: dg.AssetsDefinition
+) -> "UnresolvedAssetJobDefinition":
+    """The job sensors launch for `consumer`: its runs carry the consumer tag the queue limits."""
+    return dg.define_asset_job(
+        name=op_name("microbatch", consumer.name),
+        selection=dg.AssetSelection.assets(asset),
+        tags={CONSUMER_TAG: consumer.name},
+        description=f"Microbatches of consumer {consumer.name} until caught up.",
+    )

@@ -1,0 +1,37 @@
+"""Names shared by assets, sensors and deploy/dagster.yaml: asset keys, tags and pools."""
+
+from __future__ import annotations
+
+import re
+
+import dagster as dg
+
+from lakelog.consumers import Consumer, Output
+from lakelog.topics import Topic
+
+#: Run and op tag naming the consumer a run advances; deploy/dagster.yaml allows one run per value.
+CONSUMER_TAG = "lakelog/consumer"
+#: Run and op tag naming the topic a run ingests; also limited to one run per value.
+TOPIC_TAG = "lakelog/topic"
+
+
+def topic_key(topic: Topic | str) -> dg.AssetKey:
+    return dg.AssetKey(["log", topic.name if isinstance(topic, Topic) else topic])
+
+
+def output_key(output: Output) -> dg.AssetKey:
+    return dg.AssetKey(output.path.split("/"))
+
+
+def consumer_pool(consumer: Consumer) -> str:
+    """The concurrency pool of a consumer's microbatches (limit 1 in deploy/dagster.yaml)."""
+    return f"lakelog/consumer/{consumer.name}"
+
+
+def ingest_pool(topic: Topic) -> str:
+    return f"lakelog/ingest/{topic.name}"
+
+
+def op_name(prefix: str, name: str) -> str:
+    """A valid Dagster op or job name for a topic or consumer name (which may hold '.' or '-')."""
+    return f"{prefix}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"

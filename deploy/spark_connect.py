@@ -1,0 +1,11 @@
+"""Code location for a Spark Connect cluster: the same definitions, other resource instances.
+
+    LAKELOG_SPARK_REMOTE=sc://spark-connect:15002 LAKELOG_HOME=s3://bucket/lake \
+        dagster dev -f deploy/spark_connect.py
+"""
+
+from lakelog.assets.definitions import build_definitions
+from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.resources import build_resources
+
+defs = build_definitions(TOPICS, CONSUMERS, resources=build_resources("spark_connect"))
