@@ -1,0 +1,138 @@
+"""The real Dagster UI in a real browser: `dagster dev` on this repository, driven by Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+REPO = Path(__file__).resolve().parents[2]
+ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+
+if not Path(CHROMIUM).exists():  # .ci/run installs Debian's chromium; say so loudly elsewhere
+    pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def view(i: int) -> str:
+    return json.dumps(
+        {
+            "event_id": f"ui-{i}", "user_id": f"u{i % 3}", "session_id": "s1", "page": "product",
+            "product_id": f"P{i:04d}", "device_time": "2026-01-05T08:00:00.000Z",
+            "sent_time": "2026-01-05T08:00:01.000Z", "received_time": "2026-01-05T08:00:01.250Z",
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def dagster_dev(tmp_path_factory):
+    home = tmp_path_factory.mktemp("lake")
+    landing = home / "landing" / "page_views"
+    landing.mkdir(parents=True)
+    (landing / "ui.ndjson").write_text("".join(view(i) + "\n" for i in range(5)) + "{broken\n")
+    port = free_port()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(tmp_path_factory.mktemp("dagster_home")),
+        "LAKELOG_HOME": str(home),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/server_info", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, "dagster dev exited"
+            assert time.time() < deadline, "dagster dev did not come up"
+            time.sleep(2)
+        yield url, home
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def page(dagster_dev):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield browser.new_page(viewport={"width": 1400, "height": 900})
+        browser.close()
+
+
+def dismiss_welcome(page):
+    skip = page.get_by_role("button", name="Skip")
+    if skip.count():
+        skip.first.click()
+
+
+def test_ui_shows_assets_sensors_and_schedule(dagster_dev, page):
+    url, _ = dagster_dev
+    page.goto(f"{url}/assets")
+    page.get_by_text("product_stats").first.wait_for(timeout=60_000)
+    dismiss_welcome(page)
+    body = page.inner_text("body")
+    for topic in ("page_views", "searches", "clicks", "cart_events", "orders"):
+        assert topic in body
+    page.goto(f"{url}/automation")
+    page.get_by_text("landing_zone").first.wait_for(timeout=60_000)
+    body = page.inner_text("body")
+    assert "offsets_product_stats" in body and "daily_maintenance" in body
+
+
+def test_materialize_from_the_ui_writes_the_log(dagster_dev, page):
+    url, home = dagster_dev
+    page.goto(f"{url}/assets/log/page_views")
+    button = page.locator("button", has_text="Materialize").first
+    button.wait_for(timeout=60_000)
+    dismiss_welcome(page)
+    button.click()
+    table = home / "log" / "page_views"
+    deadline = time.time() + 240
+    while not (table / "_delta_log").exists() or DeltaTable(str(table)).version() < 1:
+        assert time.time() < deadline, "the run launched from the UI did not write the log"
+        time.sleep(2)
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 5
+    # The materialization's metadata is shown on the asset page.
+    for _ in range(60):
+        page.goto(f"{url}/assets/log/page_views")
+        page.wait_for_timeout(2000)
+        text = page.inner_text("body")
+        if "records_appended" in text:
+            break
+    assert "records_appended" in text and "dead_letters" in text
