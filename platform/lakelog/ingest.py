@@ -143,33 +143,35 @@ def _append_lines(
 ) -> IngestResult | None:
     """Steps 2 and 3 for already-read lines. None if the append was already committed."""
     parsed = parse_lines(_with_headers(lines), topic).persist()
+    cached = [parsed]
     try:
-        dead = dead_letters.dead_letter_rows(parsed, topic=topic.name, ingest_time=now)
+        tally = dict(parsed.groupBy(F.col("error").isNull().alias("ok")).count().collect())
+        read, bad = tally.get(True, 0) + tally.get(False, 0), tally.get(False, 0)
         lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
         dl_snapshot = lake.snapshot(dead_letters.PATH)
         if not any(already_committed(dl_snapshot, t) for t in txns):
-            lake.write(dl_snapshot, dead, txns=txns)
+            dead = dead_letters.dead_letter_rows(parsed, topic=topic.name, ingest_time=now)
+            lake.write(dl_snapshot, dead if bad else None, txns=txns)
         good = to_envelope(parsed.where(F.col("error").isNull()), topic, ingest_time=now)
         counts: dict[str, int] = {}
 
         def prepare(snapshot: Snapshot) -> tuple[DataFrame, dict[str, Any]]:
-            classified = _classify(lake, topic, good, snapshot)
-            tally = dict(
-                parsed.groupBy(F.col("error").isNull().alias("ok")).count().collect()
-            )
+            classified = _classify(lake, topic, good, snapshot).persist()
+            cached.append(classified)
             by_status = dict(classified.groupBy("_status").count().collect())
             counts.clear()
             counts.update(
-                read=tally.get(True, 0) + tally.get(False, 0),
+                read=read,
                 appended=by_status.get("new", 0),
                 duplicates=by_status.get("duplicate", 0),
-                dead_letters=tally.get(False, 0),
+                dead_letters=bad,
             )
             return classified.where(F.col("_status") == "new"), {METADATA_KEY: {**extra, **counts}}
 
         done = append(lake, topic, prepare, order_by=ORDER, txns=txns)
     finally:
-        parsed.unpersist()
+        for frame in cached:
+            frame.unpersist()
     if done is None:
         return None
     result, _ = done
