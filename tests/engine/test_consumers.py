@@ -161,16 +161,17 @@ def test_crash_and_resume_loses_and_doubles_nothing(spark, lake, loaded, point):
 
 
 class RacingLake(EmbeddedLake):
-    """Makes two runs read the checkpoint before either commits its plan."""
+    """Makes two runs look for the checkpoint before either creates it or commits its plan."""
 
     def __init__(self, spark, root, gate):
         super().__init__(spark, root)
-        self.gate = gate
+        self.gate, self.waited = gate, False
 
-    def read_arrow(self, snapshot):
-        if snapshot.path == checkpoints.checkpoint_path("test"):
+    def exists(self, path):
+        if path == checkpoints.checkpoint_path("test") and not self.waited:
+            self.waited = True
             self.gate.wait(timeout=60)
-        return super().read_arrow(snapshot)
+        return super().exists(path)
 
 
 def test_two_concurrent_runs_one_wins_the_other_writes_nothing(spark, lake, loaded):

@@ -151,14 +151,20 @@ class EmbeddedLake:
         properties: Mapping[str, str] | None = None,
     ) -> None:
         if not self.exists(path):
-            DeltaTable.create(
-                self.uri(path),
-                DeltaSchema.from_json(delta_schema_json(schema)),
-                mode="ignore",
-                partition_by=list(partition_by) or None,
-                configuration=dict(properties or {}),
-                storage_options=self._storage_options,
-            )
+            try:
+                DeltaTable.create(
+                    self.uri(path),
+                    DeltaSchema.from_json(delta_schema_json(schema)),
+                    mode="ignore",
+                    partition_by=list(partition_by) or None,
+                    configuration=dict(properties or {}),
+                    storage_options=self._storage_options,
+                    # A losing concurrent creator must not retry its create as version 1: that
+                    # metadata change would fail every writer that read version 0.
+                    commit_properties=CommitProperties(max_commit_retries=0),
+                )
+            except CommitFailedError:
+                pass  # another writer created it first; the schema check below still applies
         existing = self.snapshot(path).schema
         problem = describe_mismatch(expected=existing, actual=schema)
         if problem:
