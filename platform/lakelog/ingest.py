@@ -27,7 +27,7 @@ from pyspark.sql.window import Window
 from lakelog import dead_letters, landing
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.log import append
-from lakelog.records import parse_lines, to_envelope
+from lakelog.records import event_time, parse_lines, to_envelope
 from lakelog.topics import Topic
 
 ORDER = ("_src_file", "_src_line")
@@ -105,7 +105,7 @@ def _with_headers(lines: DataFrame) -> DataFrame:
 
 
 def _classify(
-    lake: Lake, topic: Topic, good: DataFrame, snapshot: Snapshot
+    lake: Lake, topic: Topic, good: DataFrame, snapshot: Snapshot, bounds: tuple | None
 ) -> DataFrame:
     """`good` with `_status`: "new", or "duplicate" (earlier in the batch, or already in the log).
 
@@ -114,10 +114,9 @@ def _classify(
     """
     first = Window.partitionBy("event_id").orderBy(*ORDER)
     ranked = good.withColumn("_rank", F.row_number().over(first))
-    bounds = good.agg(F.min("event_time").alias("lo"), F.max("event_time").alias("hi")).first()
     status = F.when(F.col("_rank") > 1, "duplicate")
-    if bounds is not None and bounds["lo"] is not None:
-        lo, hi = bounds["lo"] - topic.dedup_window, bounds["hi"] + topic.dedup_window
+    if bounds is not None:
+        lo, hi = bounds[0] - topic.dedup_window, bounds[1] + topic.dedup_window
         files = [f for f in snapshot.files() if f.overlaps("event_time", lo, hi)]
         if files:
             seen = (
@@ -145,8 +144,15 @@ def _append_lines(
     parsed = parse_lines(_with_headers(lines), topic).persist()
     cached = [parsed]
     try:
-        tally = dict(parsed.groupBy(F.col("error").isNull().alias("ok")).count().collect())
-        read, bad = tally.get(True, 0) + tally.get(False, 0), tally.get(False, 0)
+        good_time = F.when(F.col("error").isNull(), event_time(topic, ingest_time=now))
+        (stats,) = parsed.agg(
+            F.count("*").alias("read"),
+            F.count("error").alias("bad"),
+            F.min(good_time).alias("lo"),
+            F.max(good_time).alias("hi"),
+        ).collect()
+        read, bad = stats["read"], stats["bad"]
+        bounds = (stats["lo"], stats["hi"]) if stats["lo"] is not None else None
         lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
         dl_snapshot = lake.snapshot(dead_letters.PATH)
         if not any(already_committed(dl_snapshot, t) for t in txns):
@@ -156,7 +162,7 @@ def _append_lines(
         counts: dict[str, int] = {}
 
         def prepare(snapshot: Snapshot) -> tuple[DataFrame, dict[str, Any]]:
-            classified = _classify(lake, topic, good, snapshot).persist()
+            classified = _classify(lake, topic, good, snapshot, bounds).persist()
             cached.append(classified)
             by_status = dict(classified.groupBy("_status").count().collect())
             counts.clear()

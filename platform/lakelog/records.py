@@ -67,20 +67,24 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
     return parsed.withColumn("error", F.when(suspect, _first_error(checks)))
 
 
+def event_time(topic: Topic, *, ingest_time: datetime) -> Column:
+    """The corrected event time of a parsed record (see `EventTime`)."""
+    typed = F.col("_typed")
+    if topic.time is None:
+        return F.lit(ingest_time).cast("timestamp")
+    if topic.time.sent and topic.time.received:
+        skew_us = F.unix_micros(typed[topic.time.received]) - F.unix_micros(typed[topic.time.sent])
+        return F.timestamp_micros(F.unix_micros(typed[topic.time.event]) + skew_us)
+    return typed[topic.time.event]
+
+
 def to_envelope(parsed: DataFrame, topic: Topic, *, ingest_time: datetime) -> DataFrame:
     """Good parsed records → topic envelope columns (without partition and offset)."""
     typed = F.col("_typed")
-    if topic.time is None:
-        event_time = F.lit(ingest_time).cast("timestamp")
-    elif topic.time.sent and topic.time.received:
-        skew_us = F.unix_micros(typed[topic.time.received]) - F.unix_micros(typed[topic.time.sent])
-        event_time = F.timestamp_micros(F.unix_micros(typed[topic.time.event]) + skew_us)
-    else:
-        event_time = typed[topic.time.event]
     return parsed.select(
         typed[topic.key].cast("string").alias("key"),
         typed[topic.event_id].cast("string").alias("event_id"),
-        event_time.alias("event_time"),
+        event_time(topic, ingest_time=ingest_time).alias("event_time"),
         *[typed[f.name].alias(f.name) for f in topic.payload_fields],
         F.col("headers"),
         F.lit(ingest_time).cast("timestamp").alias("ingest_time"),
