@@ -24,7 +24,7 @@ SCHEMA = T.StructType(
 )
 
 
-def dead_letter_rows(parsed: DataFrame, *, topic: str, ingest_time) -> DataFrame:
+def dead_letter_rows(parsed: DataFrame, *, topic: str) -> DataFrame:
     """Rows of `parsed` (from `records.parse_lines`) that carry an error, as dead letters."""
     return parsed.where(F.col("error").isNotNull()).select(
         F.lit(topic).alias("topic"),
@@ -32,5 +32,5 @@ def dead_letter_rows(parsed: DataFrame, *, topic: str, ingest_time) -> DataFrame
         F.col("_src_line").cast("long").alias("line"),
         F.col("value").alias("raw"),
         F.col("error").alias("reason"),
-        F.lit(ingest_time).cast("timestamp").alias("ingest_time"),
+        F.col("_ingest_time").alias("ingest_time"),
     )

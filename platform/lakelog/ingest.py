@@ -27,7 +27,7 @@ from pyspark.sql.window import Window
 from lakelog import dead_letters, landing
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.log import append
-from lakelog.records import event_time, parse_lines, to_envelope
+from lakelog.records import INGEST_TIME, event_time, parse_lines, to_envelope
 from lakelog.topics import Topic
 
 ORDER = ("_src_file", "_src_line")
@@ -141,10 +141,11 @@ def _append_lines(
     extra: Mapping[str, Any],
 ) -> IngestResult | None:
     """Steps 2 and 3 for already-read lines. None if the append was already committed."""
-    parsed = parse_lines(_with_headers(lines), topic).persist()
+    stamp = lines.sparkSession.createDataFrame([(now,)], f"{INGEST_TIME} timestamp")
+    parsed = parse_lines(_with_headers(lines).crossJoin(F.broadcast(stamp)), topic).persist()
     cached = [parsed]
     try:
-        good_time = F.when(F.col("error").isNull(), event_time(topic, ingest_time=now))
+        good_time = F.when(F.col("error").isNull(), event_time(topic))
         (stats,) = parsed.agg(
             F.count("*").alias("read"),
             F.count("error").alias("bad"),
@@ -156,9 +157,9 @@ def _append_lines(
         lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
         dl_snapshot = lake.snapshot(dead_letters.PATH)
         if not any(already_committed(dl_snapshot, t) for t in txns):
-            dead = dead_letters.dead_letter_rows(parsed, topic=topic.name, ingest_time=now)
+            dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
             lake.write(dl_snapshot, dead if bad else None, txns=txns)
-        good = to_envelope(parsed.where(F.col("error").isNull()), topic, ingest_time=now)
+        good = to_envelope(parsed.where(F.col("error").isNull()), topic)
         counts: dict[str, int] = {}
 
         def prepare(snapshot: Snapshot) -> tuple[DataFrame, dict[str, Any]]:

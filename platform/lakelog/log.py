@@ -93,12 +93,14 @@ def assign_offsets(
     `order_by` must order the records totally, so that a retry assigns the same offsets.
     """
     with_partition = df.withColumn("partition", partition_of(F.col("key"), partitions))
-    head_map = F.create_map(*[x for p, h in sorted(heads.items()) for x in (F.lit(p), F.lit(h))])
+    # The heads join in as data, not literals, so the generated code is the same every batch.
+    head_rows = [(p, heads.get(p, 0)) for p in range(partitions)]
+    head_df = df.sparkSession.createDataFrame(head_rows, "partition int, _head long")
     order = Window.partitionBy("partition").orderBy(*order_by)
-    return with_partition.withColumn(
-        "offset",
-        (F.coalesce(F.element_at(head_map, F.col("partition")), F.lit(0)).cast("long")
-         + F.row_number().over(order) - 1),
+    return (
+        with_partition.join(F.broadcast(head_df), "partition")
+        .withColumn("offset", F.col("_head") + F.row_number().over(order) - 1)
+        .drop("_head")
     )
 
 

@@ -8,8 +8,6 @@ that is null for good records and says why for bad ones: nothing is dropped sile
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -67,26 +65,32 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
     return parsed.withColumn("error", F.when(suspect, _first_error(checks)))
 
 
-def event_time(topic: Topic, *, ingest_time: datetime) -> Column:
-    """The corrected event time of a parsed record (see `EventTime`)."""
+INGEST_TIME = "_ingest_time"
+
+
+def event_time(topic: Topic) -> Column:
+    """The corrected event time of a parsed record (see `EventTime`); the ingest time if none."""
     typed = F.col("_typed")
     if topic.time is None:
-        return F.lit(ingest_time).cast("timestamp")
+        return F.col(INGEST_TIME)
     if topic.time.sent and topic.time.received:
         skew_us = F.unix_micros(typed[topic.time.received]) - F.unix_micros(typed[topic.time.sent])
         return F.timestamp_micros(F.unix_micros(typed[topic.time.event]) + skew_us)
     return typed[topic.time.event]
 
 
-def to_envelope(parsed: DataFrame, topic: Topic, *, ingest_time: datetime) -> DataFrame:
-    """Good parsed records → topic envelope columns (without partition and offset)."""
+def to_envelope(parsed: DataFrame, topic: Topic) -> DataFrame:
+    """Good parsed records → topic envelope columns (without partition and offset).
+
+    The ingest time comes from the `_ingest_time` column (a value, not a literal, so Spark's
+    generated code is reused from one batch to the next)."""
     typed = F.col("_typed")
     return parsed.select(
         typed[topic.key].cast("string").alias("key"),
         typed[topic.event_id].cast("string").alias("event_id"),
-        event_time(topic, ingest_time=ingest_time).alias("event_time"),
+        event_time(topic).alias("event_time"),
         *[typed[f.name].alias(f.name) for f in topic.payload_fields],
         F.col("headers"),
-        F.lit(ingest_time).cast("timestamp").alias("ingest_time"),
+        F.col(INGEST_TIME).alias("ingest_time"),
         *[c for c in parsed.columns if c.startswith("_src")],
     )

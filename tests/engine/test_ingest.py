@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark.sql import functions as F
 from engine_helpers import drop, make_topic, record
 
 from lakelog import dead_letters, ingest, landing
@@ -103,8 +104,8 @@ def test_resume_after_crash_between_dead_letters_and_append(lake, spark, topic, 
     lines = ingest.read_landing_lines(spark, lake, [f for f, _ in plan.files])
     from lakelog.records import parse_lines
 
-    parsed = parse_lines(lines.withColumn("headers", lines["value"].isNull()), topic)
-    dead = dead_letters.dead_letter_rows(parsed, topic=topic.name, ingest_time=now)
+    stamped = lines.withColumn("headers", lines["value"].isNull()).withColumn("_ingest_time", F.lit(now))
+    dead = dead_letters.dead_letter_rows(parse_lines(stamped, topic), topic=topic.name)
     lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
     lake.write(lake.snapshot(dead_letters.PATH), dead, txns=[AppTxn("lakelog.ingest:events", 0)])
     result = ingest.ingest(lake, spark, topic, now=now)

@@ -42,11 +42,13 @@ STAGING = "_staging"
 class DeltaSnapshot:
     """A Delta table loaded at one version by delta-rs."""
 
-    def __init__(self, path: str, table: DeltaTable) -> None:
+    def __init__(
+        self, path: str, table: DeltaTable, cache: dict[str, tuple[int, list[DataFile]]]
+    ) -> None:
         self.path = path
         self.table = table
         self.version: int = table.version()
-        self._files: list[DataFile] | None = None
+        self._cache = cache
 
     @property
     def schema(self) -> StructType:
@@ -61,9 +63,12 @@ class DeltaSnapshot:
         return dict(self.table.metadata().configuration)
 
     def files(self) -> list[DataFile]:
-        if self._files is None:
-            self._files = _data_files(pa.table(self.table.get_add_actions(flatten=True)))
-        return list(self._files)
+        """The version's data files; a version never changes, so the list is kept per table."""
+        cached = self._cache.get(self.path)
+        if cached is None or cached[0] != self.version:
+            cached = (self.version, _data_files(pa.table(self.table.get_add_actions(flatten=True))))
+            self._cache[self.path] = cached
+        return list(cached[1])
 
     def txn_version(self, app_id: str) -> int | None:
         return self.table.transaction_version(app_id)
@@ -105,6 +110,7 @@ class EmbeddedLake:
         """`spark` may be a factory: metadata-only work (offsets, heads, lag) never starts Spark."""
         self._spark = spark
         self._spark_ready = False
+        self._files: dict[str, tuple[int, list[DataFile]]] = {}  # latest listed version per table
         if "://" in root:
             self.root = root.rstrip("/")
             self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
@@ -171,7 +177,7 @@ class EmbeddedLake:
             raise SchemaMismatchError(f"table {path} exists with another schema: {problem}")
 
     def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
-        return DeltaSnapshot(path, self._delta(path, version))
+        return DeltaSnapshot(path, self._delta(path, version), self._files)
 
     def read(self, snapshot: DeltaSnapshot, *, files: Sequence[DataFile] | None = None) -> DataFrame:
         schema = snapshot.schema
