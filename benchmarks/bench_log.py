@@ -293,7 +293,7 @@ def install_breakdown() -> Breakdown:
         (merge, "candidate_files"),
     ]:
         b.patch_function(module, name)
-    for name in ("snapshot", "read", "write", "_write_files", "_commit", "write_arrow",
+    for name in ("snapshot", "read", "write", "_write_files", "_commit", "write_rows",
                  "read_arrow", "create_table", "exists", "list_files", "history"):
         b.patch_method(EmbeddedLake, name)
     b.patch_method(DeltaSnapshot, "files")

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import types as T
 
 from lakelog.lake import AppTxn, Lake, Snapshot
@@ -37,20 +36,6 @@ SCHEMA = T.StructType(
     ]
 )
 
-ARROW_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("committed", pa.int64()),
-        ("batch", pa.int64()),
-        ("planned_batch", pa.int64()),
-        ("planned_start", pa.int64()),
-        ("planned_end", pa.int64()),
-        ("skipped", pa.int64()),
-        ("state", pa.string()),
-        ("updated_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -146,9 +131,9 @@ def _save(
         lake.create_table(checkpoint_path(checkpoint.consumer), SCHEMA)
         snapshot = lake.snapshot(checkpoint_path(checkpoint.consumer), version=0)
     guard = AppTxn(guard_app_id(checkpoint.consumer), snapshot.version + 1)
-    version = lake.write_arrow(
+    version = lake.write_rows(
         snapshot,
-        pa.Table.from_pylist(rows, schema=ARROW_SCHEMA),
+        rows,
         mode="overwrite",
         txns=[guard],
         metadata={"lakelog.checkpoint": {"batch": batch, "planned": plan.batch if plan else None}},

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-import pyarrow as pa
 from pyspark.sql import types as T
 
 from lakelog.lake import AppTxn, Lake, Snapshot
@@ -29,15 +28,6 @@ SCHEMA = T.StructType(
         T.StructField("batch", T.LongType()),
         T.StructField("done", T.BooleanType()),
         T.StructField("updated_at", T.TimestampType()),
-    ]
-)
-ARROW_SCHEMA = pa.schema(
-    [
-        ("file", pa.string()),
-        ("size", pa.int64()),
-        ("batch", pa.int64()),
-        ("done", pa.bool_()),
-        ("updated_at", pa.timestamp("us", tz="UTC")),
     ]
 )
 
@@ -111,8 +101,8 @@ def _save(
         lake.create_table(manifest_path(manifest.topic), SCHEMA)
         snapshot = lake.snapshot(manifest_path(manifest.topic), version=0)
     guard = AppTxn(f"lakelog.landing:{manifest.topic}", snapshot.version + 1)
-    version = lake.write_arrow(
-        snapshot, pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), mode="overwrite",
+    version = lake.write_rows(
+        snapshot, rows, mode="overwrite",
         txns=[guard],
     )
     return Manifest(

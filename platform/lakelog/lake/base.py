@@ -123,16 +123,16 @@ class Lake(Protocol):
     def read_arrow(self, snapshot: Snapshot) -> pa.Table:
         """All rows of a small table (checkpoints, manifests) without Spark."""
 
-    def write_arrow(
+    def write_rows(
         self,
         snapshot: Snapshot,
-        table: pa.Table,
+        rows: Sequence[Mapping[str, Any]],
         *,
         mode: WriteMode = "append",
         txns: Sequence[AppTxn] = (),
         metadata: Mapping[str, Any] | None = None,
     ) -> int:
-        """`write` for a small unpartitioned table given as Arrow rows."""
+        """`write` for a small unpartitioned table given as rows in the table's schema."""
 
     def list_files(self, path: str) -> list[tuple[str, int]]:
         """Non-hidden files below `path` (not a table: the landing zone), with their sizes."""

@@ -205,28 +205,24 @@ class EmbeddedLake:
     def read_arrow(self, snapshot: DeltaSnapshot) -> pa.Table:
         return pa.table(snapshot.table.to_pyarrow_table())
 
-    def write_arrow(
+    def write_rows(
         self,
         snapshot: DeltaSnapshot,
-        table: pa.Table,
+        rows: Sequence[Mapping[str, Any]],
         *,
         mode: WriteMode = "append",
         txns: Sequence[AppTxn] = (),
         metadata: Mapping[str, Any] | None = None,
     ) -> int:
         if snapshot.partition_columns:
-            raise ValueError("write_arrow is for small unpartitioned tables")
-        problem = describe_mismatch(
-            expected=snapshot.schema, actual=spark_schema(DeltaSchema.from_arrow(table.schema).to_json())
-        )
-        if problem:
-            raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
+            raise ValueError("write_rows is for small unpartitioned tables")
         removed = list(snapshot.files()) if mode == "overwrite" else []
         adds = []
-        if table.num_rows:
+        if rows:
+            table = pa.Table.from_pylist(list(rows), schema=pa.schema(snapshot.table.schema().to_arrow()))
             relative = f"part-{uuid.uuid4().hex}.parquet"
             target = self._fs_path(f"{snapshot.path}/{relative}")
-            pq.write_table(table.select(snapshot.schema.fieldNames()), target, filesystem=self._fs)
+            pq.write_table(table, target, filesystem=self._fs)
             meta = pq.read_metadata(target, filesystem=self._fs)
             size = self._fs.get_file_info(target).size
             adds.append(AddAction(relative, size, {}, int(time.time() * 1000), True, stats_json(meta)))
