@@ -22,7 +22,6 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from lakelog import dead_letters, landing
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
@@ -111,10 +110,19 @@ def _classify(
 
     The log is searched for the batch's event ids only within the topic's dedup window around
     the batch's event times, so the cost follows the batch, not the log's history.
+    Only the narrow (event id, file, line) projection is shuffled to find the duplicates; the
+    full records then meet the (small) set of duplicate positions in one join.
     """
-    first = Window.partitionBy("event_id").orderBy(*ORDER)
-    ranked = good.withColumn("_rank", F.row_number().over(first))
-    status = F.when(F.col("_rank") > 1, "duplicate")
+    ids = good.select("event_id", *ORDER)
+    position = F.struct(*ORDER)
+    repeats = (
+        ids.groupBy("event_id")
+        .agg(F.min(position).alias("_first"), F.count("*").alias("_n"))
+        .where(F.col("_n") > 1)
+        .join(ids, "event_id")
+        .where(position != F.col("_first"))
+        .select(*ORDER)
+    )
     if bounds is not None:
         lo, hi = bounds[0] - topic.dedup_window, bounds[1] + topic.dedup_window
         files = [f for f in snapshot.files() if f.overlaps("event_time", lo, hi)]
@@ -123,12 +131,13 @@ def _classify(
                 lake.read(snapshot, files=files)
                 .where(F.col("event_time").between(lo, hi))
                 .select("event_id")
-                .distinct()
-                .withColumn("_seen", F.lit(True))
             )
-            ranked = ranked.join(seen, "event_id", "left")
-            status = status.when(F.col("_seen"), "duplicate")
-    return ranked.withColumn("_status", status.otherwise("new"))
+            repeats = repeats.unionByName(ids.join(seen, "event_id", "left_semi").select(*ORDER))
+    duplicates = repeats.distinct().withColumn("_duplicate", F.lit(True))
+    # Duplicates are few (a re-dropped file at worst): broadcast them, never shuffle the records.
+    return good.join(F.broadcast(duplicates), list(ORDER), "left").withColumn(
+        "_status", F.when(F.col("_duplicate"), "duplicate").otherwise("new")
+    )
 
 
 def _append_lines(
