@@ -32,40 +32,20 @@ LAG_SCHEMA = dg.TableSchema(
 )
 
 
-def partition_table(states: Mapping[int, PartitionState]) -> dg.TableMetadataValue:
+def _table(rows: Iterable[object], schema: dg.TableSchema) -> dg.TableMetadataValue:
+    """A Dagster table of `rows`, each column read from the attribute of the same name."""
     return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {
-                    "partition": s.partition,
-                    "start_offset": s.start_offset,
-                    "head": s.head,
-                    "records": s.records,
-                    "bytes": s.bytes,
-                }
-            )
-            for _, s in sorted(states.items())
-        ],
-        schema=PARTITION_SCHEMA,
+        records=[dg.TableRecord({c.name: getattr(r, c.name) for c in schema.columns}) for r in rows],
+        schema=schema,
     )
+
+
+def partition_table(states: Mapping[int, PartitionState]) -> dg.TableMetadataValue:
+    return _table((s for _, s in sorted(states.items())), PARTITION_SCHEMA)
 
 
 def lag_table(lags: Iterable[PartitionLag]) -> dg.TableMetadataValue:
-    return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(
-                {
-                    "topic": x.topic,
-                    "partition": x.partition,
-                    "committed": x.committed,
-                    "head": x.head,
-                    "lag": x.lag,
-                }
-            )
-            for x in lags
-        ],
-        schema=LAG_SCHEMA,
-    )
+    return _table(lags, LAG_SCHEMA)
 
 
 def retention_metadata(result: RetentionResult) -> dict[str, Any]:

@@ -16,7 +16,7 @@ Per batch: records read = appended + duplicates + dead letters.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -233,7 +233,7 @@ def ingest(
             topic.name, plan.batch, tuple(names), **_committed_counts(lake, topic, plan.batch)
         )
     landing.save_done(lake, manifest, plan, now=now)  # step 4
-    return IngestResult(**{**result.__dict__, "resumed": resumed})
+    return replace(result, resumed=resumed)
 
 
 def produce(
