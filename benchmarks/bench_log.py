@@ -276,7 +276,7 @@ def install_breakdown() -> Breakdown:
         (landing, "save_plan"),
         (landing, "save_done"),
         (ingest, "read_landing_lines"),
-        (ingest, "_classify"),
+        (ingest, "_duplicates"),
         (ingest, "_append_lines"),
         (records, "parse_lines"),
         (log, "append"),

@@ -103,26 +103,17 @@ def _with_headers(lines: DataFrame) -> DataFrame:
     )
 
 
-def _classify(
+def _duplicates(
     lake: Lake, topic: Topic, good: DataFrame, snapshot: Snapshot, bounds: tuple | None
 ) -> DataFrame:
-    """`good` with `_status`: "new", or "duplicate" (earlier in the batch, or already in the log).
+    """Positions (file, line) of `good` records that are duplicates: the event id came earlier in
+    the batch, or is already in the log.
 
     The log is searched for the batch's event ids only within the topic's dedup window around
-    the batch's event times, so the cost follows the batch, not the log's history.
-    Only the narrow (event id, file, line) projection is shuffled to find the duplicates; the
-    full records then meet the (small) set of duplicate positions in one join.
+    the batch's event times, so the cost follows the batch, not the log's history. Only the
+    narrow (event id, file, line) projection is shuffled, once.
     """
-    ids = good.select("event_id", *ORDER)
-    position = F.struct(*ORDER)
-    repeats = (
-        ids.groupBy("event_id")
-        .agg(F.min(position).alias("_first"), F.count("*").alias("_n"))
-        .where(F.col("_n") > 1)
-        .join(ids, "event_id")
-        .where(position != F.col("_first"))
-        .select(*ORDER)
-    )
+    ids = good.select("event_id", F.struct(*ORDER).alias("_at"))
     if bounds is not None:
         lo, hi = bounds[0] - topic.dedup_window, bounds[1] + topic.dedup_window
         files = [f for f in snapshot.files() if f.overlaps("event_time", lo, hi)]
@@ -130,14 +121,23 @@ def _classify(
             seen = (
                 lake.read(snapshot, files=files)
                 .where(F.col("event_time").between(lo, hi))
-                .select("event_id")
+                .select("event_id", F.lit(None).cast(ids.schema["_at"].dataType).alias("_at"))
             )
-            repeats = repeats.unionByName(ids.join(seen, "event_id", "left_semi").select(*ORDER))
-    duplicates = repeats.distinct().withColumn("_duplicate", F.lit(True))
-    # Duplicates are few (a re-dropped file at worst): broadcast them, never shuffle the records.
-    return good.join(F.broadcast(duplicates), list(ORDER), "left").withColumn(
-        "_status", F.when(F.col("_duplicate"), "duplicate").otherwise("new")
+            ids = ids.unionByName(seen)
+    # Per event id: in the log (a null position) or not, and the batch's positions in order;
+    # every position but the first of an id new to the log is a duplicate.
+    per_id = (
+        ids.groupBy("event_id")
+        .agg(
+            F.count("*").alias("_n"),
+            F.count("_at").alias("_in_batch"),
+            F.sort_array(F.collect_list("_at")).alias("_ats"),
+        )
+        .where(F.col("_n") > 1)
     )
+    logged = F.col("_n") > F.col("_in_batch")
+    repeated = F.when(logged, F.col("_ats")).otherwise(F.slice("_ats", 2, F.col("_n")))
+    return per_id.select(F.explode(repeated).alias("_at")).select("_at.*")
 
 
 def _append_lines(
@@ -151,7 +151,10 @@ def _append_lines(
 ) -> IngestResult | None:
     """Steps 2 and 3 for already-read lines. None if the append was already committed."""
     stamp = lines.sparkSession.createDataFrame([(now,)], f"{INGEST_TIME} timestamp")
-    parsed = parse_lines(_with_headers(lines).crossJoin(F.broadcast(stamp)), topic).persist()
+    parsed = parse_lines(lines.crossJoin(F.broadcast(stamp)), topic)
+    # The raw line is kept (cached) only for dead letters; good records are typed already.
+    parsed = parsed.withColumn("value", F.when(F.col("error").isNotNull(), F.col("value")))
+    parsed = parsed.persist()
     cached = [parsed]
     try:
         good_time = F.when(F.col("error").isNull(), event_time(topic))
@@ -168,21 +171,21 @@ def _append_lines(
         if not any(already_committed(dl_snapshot, t) for t in txns):
             dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
             lake.write(dl_snapshot, dead if bad else None, txns=txns)
-        good = to_envelope(parsed.where(F.col("error").isNull()), topic)
+        good = to_envelope(_with_headers(parsed.where(F.col("error").isNull())), topic)
         counts: dict[str, int] = {}
 
         def prepare(snapshot: Snapshot) -> tuple[DataFrame, dict[str, Any]]:
-            classified = _classify(lake, topic, good, snapshot, bounds).persist()
-            cached.append(classified)
-            by_status = dict(classified.groupBy("_status").count().collect())
+            duplicates = _duplicates(lake, topic, good, snapshot, bounds).persist()
+            cached.append(duplicates)
+            skipped = duplicates.count()
             counts.clear()
             counts.update(
-                read=read,
-                appended=by_status.get("new", 0),
-                duplicates=by_status.get("duplicate", 0),
-                dead_letters=bad,
+                read=read, appended=read - bad - skipped, duplicates=skipped, dead_letters=bad
             )
-            return classified.where(F.col("_status") == "new"), {METADATA_KEY: {**extra, **counts}}
+            # Duplicates are few (a re-dropped file at worst): broadcast them, never shuffle
+            # the records.
+            new = good.join(F.broadcast(duplicates), list(ORDER), "left_anti")
+            return new, {METADATA_KEY: {**extra, **counts}}
 
         done = append(lake, topic, prepare, order_by=ORDER, txns=txns)
     finally:
