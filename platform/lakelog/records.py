@@ -1,8 +1,9 @@
 """Parsing and validating NDJSON records against a topic's schema.
 
-Each line is parsed twice by Spark: once into the typed schema (a type violation marks the record
-corrupt) and once as a flat ``map<string,string>`` (to tell which field is wrong and whether a
-required field is missing). The result has the typed envelope columns and an `error` column
+Each line is parsed into the typed schema (a type violation marks the record corrupt), the topic's
+derived columns are computed and its rules checked; only suspect lines are parsed a second time,
+as a flat ``map<string,string>``, to tell which field is wrong and whether a required field is
+missing. The result has the typed envelope columns and an `error` column
 that is null for good records and says why for bad ones: nothing is dropped silently.
 """
 
@@ -34,33 +35,45 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
         + [T.StructField(CORRUPT, T.StringType())]
     )
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    parsed = lines.where(F.trim(F.col("value")) != "").withColumn(
-        "_typed", F.from_json("value", schema, options)
-    )
+    typed = F.from_json("value", schema, options)
+    for d in topic.derived:
+        typed = typed.withField(d.name, d.expr(typed).cast(d.type))
+    parsed = lines.where(F.trim(F.col("value")) != "").withColumn("_typed", typed)
     typed = F.col("_typed")
+    broken = [(~F.coalesce(rule.holds(typed), F.lit(False)), rule.message) for rule in topic.rules]
     suspect = typed[CORRUPT].isNotNull()
     for name in topic.required_fields:
         suspect = suspect | typed[name].isNull()
+    for condition, _ in broken:
+        suspect = suspect | condition
     # Only suspect lines are parsed a second time, as a flat map, to say what is wrong.
     raw = F.when(suspect, F.from_json("value", T.MapType(T.StringType(), T.StringType())))
     checks: list[tuple[Column, Column]] = [
         (raw.isNull(), F.lit("malformed JSON: not a JSON object")),
     ]
+    derived = [d.name for d in topic.derived if d.name in topic.required_fields]
     for name in topic.required_fields:
-        checks.append(
-            (F.element_at(raw, name).isNull(), F.lit(f"missing required field '{name}'"))
-        )
+        if name not in derived:
+            checks.append(
+                (F.element_at(raw, name).isNull(), F.lit(f"missing required field '{name}'"))
+            )
     for field in topic.schema.fields:
         raw_value = F.element_at(raw, field.name)
+        wrong = typed[field.name].isNull()
+        if isinstance(field.dataType, T.StructType):  # a nested mismatch leaves a partial struct
+            nested = T.StructType([*field.dataType.fields, T.StructField(CORRUPT, T.StringType())])
+            wrong = wrong | F.from_json(raw_value, nested, options)[CORRUPT].isNotNull()
         checks.append(
             (
-                typed[CORRUPT].isNotNull() & typed[field.name].isNull() & raw_value.isNotNull(),
+                typed[CORRUPT].isNotNull() & wrong & raw_value.isNotNull(),
                 F.concat(
                     F.lit(f"field '{field.name}' is not a valid {field.dataType.simpleString()}: "),
                     F.substring(raw_value, 1, 200),
                 ),
             )
         )
+    checks += [(condition, F.lit(message)) for condition, message in broken]
+    checks += [(typed[name].isNull(), F.lit(f"cannot derive '{name}'")) for name in derived]
     checks.append((F.lit(True), F.lit("record does not match the topic schema")))
     return parsed.withColumn("error", F.when(suspect, _first_error(checks)))
 

@@ -7,9 +7,11 @@ envelope columns of `ENVELOPE` around the payload columns of its schema.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from pyspark.sql import Column
 from pyspark.sql import types as T
 
 from lakelog.errors import ConfigError
@@ -32,6 +34,21 @@ class Retention:
 
 
 @dataclass(frozen=True)
+class Compaction:
+    """Kafka's ``cleanup.policy=compact``: closed data keeps only the latest record per key.
+
+    A record becomes compactable once it is `min_lag` old (``min.compaction.lag.ms``);
+    `tombstone` is a SQL condition on the topic's columns marking a record as a deletion marker
+    (e.g. ``op = 'd'``), kept `delete_retention` after it was appended and then removed
+    (``delete.retention.ms``).
+    """
+
+    min_lag: timedelta = timedelta(hours=1)
+    delete_retention: timedelta = timedelta(days=1)
+    tombstone: str | None = None
+
+
+@dataclass(frozen=True)
 class EventTime:
     """Names of the payload's three timestamps (DESIGN: device event, device send, server receive).
 
@@ -45,6 +62,28 @@ class EventTime:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A payload column computed from the parsed record, stored like a field of the schema.
+
+    `expr` gets the typed record (a struct column of the schema's fields) and returns the value,
+    cast to `type`. A changelog, for instance, derives its key from ``after`` or ``before``, so
+    records in a format the topic does not own (Debezium's) need no rewriting before ingest.
+    """
+
+    name: str
+    type: T.DataType
+    expr: Callable[[Column], Column]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A condition every record must meet; a record that fails it is a dead letter with `message`."""
+
+    message: str
+    holds: Callable[[Column], Column]
+
+
+@dataclass(frozen=True)
 class Topic:
     name: str
     schema: T.StructType
@@ -55,6 +94,12 @@ class Topic:
     retention: Retention = field(default_factory=Retention)
     #: Records whose event id was appended within this much event time are duplicates.
     dedup_window: timedelta = timedelta(hours=1)
+    #: Log compaction (None: the topic only expires data by its retention).
+    compaction: Compaction | None = None
+    #: Columns computed from each record; `key`, `event_id` and `time` may name them.
+    derived: tuple[Derived, ...] = ()
+    #: Conditions beyond the schema; a record that breaks one is dead-lettered.
+    rules: tuple[Rule, ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -63,7 +108,9 @@ class Topic:
             )
         if self.partitions < 1:
             raise ConfigError(f"topic {self.name}: partitions must be >= 1")
-        names = self.schema.fieldNames()
+        names = self.schema.fieldNames() + [d.name for d in self.derived]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"topic {self.name}: a derived column repeats a field name")
         for required in (self.key, self.event_id):
             if required not in names:
                 raise ConfigError(f"topic {self.name}: field {required!r} is not in the schema")
@@ -78,8 +125,14 @@ class Topic:
                     continue
                 if name not in names:
                     raise ConfigError(f"topic {self.name}: time field {name!r} is not in the schema")
-                if not isinstance(self.schema[name].dataType, T.TimestampType):
+                if not isinstance(self.field_type(name), T.TimestampType):
                     raise ConfigError(f"topic {self.name}: time field {name!r} must be a timestamp")
+
+    def field_type(self, name: str) -> T.DataType:
+        for d in self.derived:
+            if d.name == name:
+                return d.type
+        return self.schema[name].dataType
 
     @property
     def path(self) -> str:
@@ -96,7 +149,9 @@ class Topic:
 
     @property
     def payload_fields(self) -> list[T.StructField]:
-        return [f for f in self.schema.fields if f.name != self.event_id]
+        """The table's payload columns: the schema's fields, then the derived ones."""
+        fields = self.schema.fields + [T.StructField(d.name, d.type) for d in self.derived]
+        return [f for f in fields if f.name != self.event_id]
 
     @property
     def table_schema(self) -> T.StructType:
