@@ -163,7 +163,10 @@ class EmbeddedLake:
                     DeltaSchema.from_json(delta_schema_json(schema)),
                     mode="ignore",
                     partition_by=list(partition_by) or None,
-                    configuration=dict(properties or {}),
+                    # lakelog writes footer stats for every top-level column; without this,
+                    # readers keep only the first 32 leaf columns' (nested ones count), and a
+                    # wide payload would hide `ingest_time` from retention and compaction.
+                    configuration={"delta.dataSkippingNumIndexedCols": "-1", **(properties or {})},
                     storage_options=self._storage_options,
                     # A losing concurrent creator must not retry its create as version 1: that
                     # metadata change would fail every writer that read version 0.
