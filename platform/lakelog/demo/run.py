@@ -9,7 +9,6 @@ work and leaves the tables an uninterrupted run leaves.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,16 +49,6 @@ class DemoSummary:
         return {**self.__dict__, "records_per_second": round(self.records_per_second, 1)}
 
 
-def _ingest_all(
-    lake: Lake, spark: SparkSession, topic: Topic, now: Callable[[], datetime]
-) -> list[ingest.IngestResult]:
-    """Ingest batches of the topic until no landing file is pending (finishing a pending plan)."""
-    done = []
-    while (result := ingest.ingest(lake, spark, topic, now=now())).batch is not None:
-        done.append(result)
-    return done
-
-
 def run_demo(
     lake: Lake,
     spark: SparkSession,
@@ -76,20 +65,16 @@ def run_demo(
         written = workload.write_batch(k, lake.root)
         summary.files_written += len(written)
         progress(f"batch {k + 1}/{workload.batches}: landed {len(written)} new files")
-        # Topics are independent tables: ingesting them concurrently overlaps Spark's per-job
-        # latency (scheduling, commits) without changing any result.
-        with ThreadPoolExecutor(max_workers=len(topics)) as pool:
-            for results in pool.map(lambda t: _ingest_all(lake, spark, t, now), topics.values()):
-                for result in results:
-                    summary.ingests += 1
-                    summary.read += result.read
-                    summary.appended += result.appended
-                    summary.duplicates += result.duplicates
-                    summary.dead_letters += result.dead_letters
-                    progress(
-                        f"  ingest {result.topic}: {result.read} read, {result.appended} appended,"
-                        f" {result.duplicates} duplicates, {result.dead_letters} dead letters"
-                    )
+        for result in ingest.ingest_topics(lake, spark, list(topics.values()), now=now):
+            summary.ingests += 1
+            summary.read += result.read
+            summary.appended += result.appended
+            summary.duplicates += result.duplicates
+            summary.dead_letters += result.dead_letters
+            progress(
+                f"  ingest {result.topic}: {result.read} read, {result.appended} appended,"
+                f" {result.duplicates} duplicates, {result.dead_letters} dead letters"
+            )
         for consumer in consumer_list:
             done = consumers.run_until_caught_up(lake, consumer, topics, now=now)
             summary.microbatches += len(done)
