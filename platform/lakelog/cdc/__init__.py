@@ -1,0 +1,32 @@
+"""Change data capture: a source database's tables as Debezium-style changelog landing files.
+
+`SqliteSource` (triggers and a change table) and `PostgresSource` (logical decoding, pgoutput)
+give a consistent snapshot and then the changes after it; `capture` lands both exactly once under
+``landing/cdc.<table>/``, whatever crashes in between.
+"""
+
+from lakelog.cdc.capture import CaptureResult, capture
+from lakelog.cdc.envelope import dumps, event, position
+from lakelog.cdc.errors import CaptureBusyError, CaptureError, SourceUnavailableError
+from lakelog.cdc.postgres import PostgresSource
+from lakelog.cdc.source import ChangeBatch, Snapshot, Source
+from lakelog.cdc.sqlite import SqliteSource
+from lakelog.cdc.tables import SourceColumn, SourceTable
+
+__all__ = [
+    "CaptureBusyError",
+    "CaptureError",
+    "CaptureResult",
+    "ChangeBatch",
+    "PostgresSource",
+    "Snapshot",
+    "Source",
+    "SourceColumn",
+    "SourceTable",
+    "SourceUnavailableError",
+    "SqliteSource",
+    "capture",
+    "dumps",
+    "event",
+    "position",
+]
