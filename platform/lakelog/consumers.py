@@ -39,12 +39,18 @@ NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
 
 @dataclass(frozen=True)
 class Output:
-    """A table a consumer writes: appended to, or upserted by `keys`."""
+    """A table a consumer writes: appended to, or upserted by `keys`.
+
+    An upserted row replaces the stored one only if its `newer_by` column is greater (when set);
+    `rows_per_file` clusters the upserted files by key range so that later upserts prune.
+    """
 
     path: str
     schema: T.StructType
     keys: tuple[str, ...] = ()
     partition_by: tuple[str, ...] = ()
+    newer_by: str | None = None
+    rows_per_file: int | None = None
 
 
 @dataclass(frozen=True)
@@ -224,7 +230,10 @@ def _write_output(
     """Commit against `snapshot`: if another run committed this batch since, this one fails."""
     metadata = {"lakelog.batch": {"batch": plan.batch, "records": plan.records}}
     if output.keys:
-        upsert(lake, snapshot, df, keys=output.keys, txns=[txn], metadata=metadata)
+        upsert(
+            lake, snapshot, df, keys=output.keys, newer_by=output.newer_by,
+            rows_per_file=output.rows_per_file, txns=[txn], metadata=metadata,
+        )
     else:
         lake.write(snapshot, df, txns=[txn], metadata=metadata)
 

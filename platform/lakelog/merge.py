@@ -2,10 +2,13 @@
 
 Only files whose key statistics overlap the incoming keys are read and rewritten; the rest of the
 table is untouched, so an upsert costs what the changed keys' files cost, not the table size.
+Tables written with `rows_per_file` are clustered by key range (each file holds a narrow range of
+the first key column), which is what makes those statistics prune.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,21 +30,50 @@ def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) ->
     return [f for f in files if f.overlaps(first, bounds["lo"], bounds["hi"])]
 
 
+def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """The table's rows with a key of `rows`, reading only the candidate files."""
+    existing = lake.read(snapshot, files=candidate_files(snapshot, rows, keys))
+    return existing.join(rows.select(*keys).distinct(), list(keys), "left_semi")
+
+
+def clustered(df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int) -> DataFrame:
+    """`df` (`rows` rows) split into files of about `rows_per_file` rows by range of the key."""
+    files = max(1, math.ceil(rows / rows_per_file))
+    return df.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
+
+
 def upsert(
     lake: Lake,
     snapshot: Snapshot,
     rows: DataFrame,
     *,
     keys: Sequence[str],
+    newer_by: str | None = None,
+    rows_per_file: int | None = None,
     txns: Sequence[AppTxn] = (),
     metadata: Mapping[str, Any] | None = None,
 ) -> int:
-    """Replace the rows of `rows`' keys (inserting new keys) in one commit. Keys must be unique."""
-    rows = rows.persist()
+    """Replace the rows of `rows`' keys (inserting new keys) in one commit.
+
+    With `newer_by`, an incoming row replaces a stored one only if its `newer_by` value is
+    greater, so replayed or out-of-order input cannot move a key back in time.
+    With `rows_per_file`, the rewritten files are clustered by key range.
+    """
+    incoming = rows.select(*snapshot.schema.fieldNames()).persist()
     try:
-        candidates = candidate_files(snapshot, rows, keys)
-        kept = lake.read(snapshot, files=candidates).join(rows.select(*keys), list(keys), "left_anti")
-        merged = kept.unionByName(rows.select(*snapshot.schema.fieldNames()))
+        candidates = candidate_files(snapshot, incoming, keys)
+        existing = lake.read(snapshot, files=candidates)
+        winners = incoming
+        if newer_by is not None:
+            stored = existing.select(*keys, F.col(newer_by).alias("_stored"))
+            winners = incoming.join(stored, list(keys), "left").where(
+                F.col("_stored").isNull() | (F.col(newer_by) > F.col("_stored"))
+            ).drop("_stored")
+        kept = existing.join(winners.select(*keys), list(keys), "left_anti")
+        merged = kept.unionByName(winners)
+        if rows_per_file:
+            total = sum(f.num_records for f in candidates) + incoming.count()
+            merged = clustered(merged, keys, rows_per_file, total)
         return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata)
     finally:
-        rows.unpersist()
+        incoming.unpersist()

@@ -1,0 +1,104 @@
+"""Compacted tables: the current row per primary key of a changelog topic (DESIGN data model).
+
+``tables/<name>`` is maintained by a consumer of the changelog, one copy-on-write upsert per
+microbatch: the batch's latest change per key replaces the stored row only if its position is
+newer, so out-of-order, replayed and duplicated change events are harmless. A delete leaves a
+tombstone (the key, ``_deleted`` true) that keeps an older, late change from resurrecting the row;
+`purge_tombstones` removes tombstones older than the table's tombstone retention (after that, as
+with Kafka's ``delete.retention.ms``, a change older than the delete arriving late would be
+applied). Files are clustered by key range, so a batch rewrites only the files its keys fall in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.window import Window
+
+from lakelog.changelog import META, change_rows
+from lakelog.consumers import BatchInput, Consumer, Output
+from lakelog.errors import ConfigError
+from lakelog.lake import Lake
+from lakelog.merge import clustered
+from lakelog.topics import Topic
+
+@dataclass(frozen=True)
+class CompactedTable:
+    name: str
+    topic: Topic  # a changelog topic (`lakelog.changelog.changelog_topic`)
+    row: T.StructType
+    key: tuple[str, ...]
+    tombstone_retention: timedelta = timedelta(days=1)
+    rows_per_file: int = 250_000
+    max_records_per_batch: int = 250_000
+
+    def __post_init__(self) -> None:
+        if not self.key or any(k not in self.row.fieldNames() for k in self.key):
+            raise ConfigError(f"compacted table {self.name}: key {list(self.key)} not in the row")
+
+    @property
+    def path(self) -> str:
+        return f"tables/{self.name}"
+
+    @property
+    def output(self) -> Output:
+        schema = T.StructType([*self.row.fields, *META])
+        return Output(self.path, schema, keys=self.key, newer_by="_position",
+                      rows_per_file=self.rows_per_file)
+
+    @property
+    def consumer(self) -> Consumer:
+        return Consumer(
+            name=f"compact.{self.name}",
+            topics=(self.topic.name,),
+            outputs=(self.output,),
+            transform=self.transform,
+            max_records_per_batch=self.max_records_per_batch,
+        )
+
+    def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
+        return {self.path: latest_rows(batch.records[self.topic.name], self.row, self.key)}
+
+
+def latest_rows(changes: DataFrame, row: T.StructType, key: tuple[str, ...]) -> DataFrame:
+    """Per key, the row its latest change (by position) leaves: ``after``, or a tombstone."""
+    latest = changes.withColumn(
+        "_rank", F.row_number().over(Window.partitionBy("pk").orderBy(F.desc("position")))
+    ).where(F.col("_rank") == 1)
+    return change_rows(latest, row, key)
+
+
+def live_rows(lake: Lake, table: CompactedTable) -> DataFrame:
+    """The table's current rows without tombstones and lakelog's columns: the source's view."""
+    df = lake.read(lake.snapshot(table.path))
+    return df.where(~F.col("_deleted")).select(*table.row.fieldNames())
+
+
+def purge_tombstones(lake: Lake, table: CompactedTable, *, now: datetime) -> int:
+    """Remove tombstones committed before ``now - tombstone_retention``; how many were removed.
+
+    Only files whose statistics say they hold rows committed before the cutoff are read, and
+    only if they hold such a tombstone are they rewritten, in one commit.
+    """
+    if not lake.exists(table.path):
+        return 0
+    snapshot = lake.snapshot(table.path)
+    cutoff = now - table.tombstone_retention
+    files = [f for f in snapshot.files() if f.overlaps("_commit_time", None, cutoff)]
+    if not files:
+        return 0
+    rows = lake.read(snapshot, files=files)
+    expired = F.col("_deleted") & (F.col("_commit_time") < F.lit(cutoff))
+    counts = rows.agg(F.count("*").alias("all"), F.count(F.when(expired, 1)).alias("gone")).first()
+    if not counts["gone"]:
+        return 0
+    kept = clustered(rows.where(~expired), table.key, table.rows_per_file,
+                     counts["all"] - counts["gone"])
+    lake.write(snapshot, kept, remove=files,
+               metadata={"lakelog.purge_tombstones": {"removed": counts["gone"],
+                                                      "cutoff": cutoff.isoformat()}})
+    return counts["gone"]
