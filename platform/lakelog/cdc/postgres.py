@@ -277,6 +277,20 @@ class PostgresSource:
             conn.close()
             repl.close()
 
+    def rows(self, table: SourceTable) -> Iterator[dict[str, Any]]:
+        """The table's current rows, as an event's ``after`` would hold them."""
+        conn = self.connect()
+        try:
+            columns = sql.SQL(", ").join(map(sql.Identifier, table.column_names))
+            query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT").format(
+                columns, self._qualified(table)
+            )
+            with self._errors(), conn.cursor().copy(query) as copy:
+                for values in copy.rows():
+                    yield row_to_json(table.columns, values)
+        finally:
+            conn.close()
+
     def changes(
         self, after: int, limit: int | None, *, upto: int | None = None, now: datetime
     ) -> ChangeBatch:

@@ -60,6 +60,10 @@ class Source(Protocol):
         """Prepare capture (idempotently) and read a consistent snapshot; restarts capture."""
         ...
 
+    def rows(self, table: SourceTable) -> Iterator[dict[str, Any]]:
+        """The table's current rows, as an event's ``after`` would hold them."""
+        ...
+
     def changes(
         self, after: int, limit: int | None, *, upto: int | None = None, now: datetime
     ) -> ChangeBatch:

@@ -169,6 +169,16 @@ class SqliteSource:
         finally:
             conn.close()
 
+    def rows(self, table: SourceTable) -> Iterator[dict[str, Any]]:
+        """The table's current rows, as an event's ``after`` would hold them."""
+        conn = self.connect()
+        try:
+            columns = ", ".join(f'"{c}"' for c in table.column_names)
+            for values in conn.execute(f'SELECT {columns} FROM "{table.name}"'):
+                yield row_to_json(table.columns, values)
+        finally:
+            conn.close()
+
     def changes(
         self, after: int, limit: int | None, *, upto: int | None = None, now: datetime
     ) -> ChangeBatch:
