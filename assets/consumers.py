@@ -48,7 +48,7 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
         dg.AssetSpec(
             output_key(o),
             deps=deps,
-            group_name="streams",
+            group_name=o.path.split("/")[0],  # streams, tables, history
             kinds={"spark", "delta"},
             description=f"Written by consumer {consumer.name} from {', '.join(consumer.topics)}.",
         )

@@ -1,19 +1,24 @@
-"""The code location: the demo shop's topics and consumers as assets, sensors and a schedule."""
+"""The code location: the demo shop's topics, consumers and captured database as assets,
+sensors, checks and a schedule."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
+from lakelog.assets.cdc import capture_asset, reconciliation_check
 from lakelog.assets.consumers import consumer_asset, consumer_job
 from lakelog.assets.maintenance import maintenance_job
+from lakelog.assets.naming import capture_key, op_name
 from lakelog.assets.topics import topic_asset
+from lakelog.captured import CapturedSource
 from lakelog.consumers import Consumer
 from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.demo.shop_cdc import SHOP
 from lakelog.resources import build_resources
-from lakelog.sensors import landing_sensor, log_sensor, maintenance_schedule
+from lakelog.sensors import capture_sensor, landing_sensor, log_sensor, maintenance_schedule
 from lakelog.topics import Topic
 
 
@@ -21,22 +26,46 @@ def build_definitions(
     topics: Mapping[str, Topic],
     consumers: Mapping[str, Consumer],
     *,
+    sources: Sequence[CapturedSource] = (),
     resources: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
-    """Everything Dagster needs for a declared pipeline; `resources` default to the local ones."""
+    """Everything Dagster needs for a declared pipeline; `resources` default to the local ones.
+
+    Each captured source adds its capture asset and sensor, its changelog topics, the consumers
+    of its compacted and history tables, and a reconciliation check per compacted table.
+    """
+    topics = {**topics, **{n: t for s in sources for n, t in s.changelogs.items()}}
+    consumers = {**consumers, **{n: c for s in sources for n, c in s.consumers.items()}}
     consumer_assets = {name: consumer_asset(c, topics) for name, c in consumers.items()}
     jobs = {name: consumer_job(consumers[name], a) for name, a in consumer_assets.items()}
-    maintenance = maintenance_job(topics, consumers)
+    captures = {s.server_name: capture_asset(s.server_name, s.tables) for s in sources}
+    capture_jobs = {
+        name: dg.define_asset_job(op_name("capture", name), selection=[capture_key(name)])
+        for name in captures
+    }
+    landed_by = {t: [capture_key(s.server_name)] for s in sources for t in s.changelogs}
+    compacted = [t for s in sources for t in s.compacted.values()]
+    maintenance = maintenance_job(topics, consumers, compacted)
     return dg.Definitions(
-        assets=[*(topic_asset(t) for t in topics.values()), *consumer_assets.values()],
-        jobs=[*jobs.values(), maintenance],
+        assets=[
+            *captures.values(),
+            *(topic_asset(t, landed_by.get(t.name, ())) for t in topics.values()),
+            *consumer_assets.values(),
+        ],
+        asset_checks=[
+            reconciliation_check(s.server_name, s.tables, table, s.compacted[table.name], topics)
+            for s in sources for table in s.tables
+        ],
+        jobs=[*jobs.values(), *capture_jobs.values(), maintenance],
         sensors=[
             landing_sensor(topics),
             *(log_sensor(consumers[name], topics, job) for name, job in jobs.items()),
+            *(capture_sensor(s.server_name, s.tables, capture_jobs[s.server_name])
+              for s in sources),
         ],
         schedules=[maintenance_schedule(maintenance)],
         resources=dict(resources) if resources is not None else build_resources("local"),
     )
 
 
-defs = build_definitions(TOPICS, CONSUMERS)
+defs = build_definitions(TOPICS, CONSUMERS, sources=[SHOP])

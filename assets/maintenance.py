@@ -1,6 +1,6 @@
-"""The maintenance job: log retention and vacuum for every topic."""
+"""The maintenance job: log retention, compaction of compacted topics, tombstone purges, vacuum."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Optional
 
@@ -9,8 +9,10 @@ from pydantic import Field
 
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.metadata import retention_metadata
-from lakelog.assets.naming import topic_key
+from lakelog.assets.naming import output_key, topic_key
+from lakelog.compacted import CompactedTable, purge_tombstones
 from lakelog.consumers import Consumer
+from lakelog.log_compaction import compact_topic
 from lakelog.resources import LakeResource
 from lakelog.retention import enforce_retention
 from lakelog.topics import Topic
@@ -25,7 +27,9 @@ class RetentionConfig(dg.Config):
 
 
 def maintenance_job(
-    topics: Mapping[str, Topic], consumers: Mapping[str, Consumer]
+    topics: Mapping[str, Topic],
+    consumers: Mapping[str, Consumer],
+    compacted: Sequence[CompactedTable] = (),
 ) -> dg.JobDefinition:
     """Retention removes expired files (never past a consumer's offset), then vacuum deletes them.
 
@@ -51,8 +55,49 @@ def maintenance_job(
                 dg.AssetObservation(asset_key=topic_key(topic), metadata=retention_metadata(result))
             )
 
-    @dg.job(name="maintenance", description="Retention and vacuum of every topic's log.")
+    @dg.op(name="compact_topics")
+    def _compact(context: dg.OpExecutionContext, lake: LakeResource) -> None:
+        """Kafka-style log compaction of every topic with a compaction policy."""
+        the_lake = lake.open()
+        for topic in topics.values():
+            if topic.compaction is None or not the_lake.exists(topic.path):
+                continue
+            with engine_errors():
+                result = compact_topic(the_lake, topic, now=datetime.now(timezone.utc))
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=topic_key(topic),
+                    metadata={
+                        "compacted_files": result.files_before,
+                        "records_before": result.records_before,
+                        "records_after": result.records_after,
+                        "tombstones_removed": result.tombstones_removed,
+                        "compaction_ratio": round(result.ratio, 4),
+                    },
+                )
+            )
+
+    @dg.op(name="purge_tombstones")
+    def _purge(context: dg.OpExecutionContext, lake: LakeResource) -> None:
+        """Tombstones older than their table's retention leave the compacted tables."""
+        the_lake = lake.open()
+        for table in compacted:
+            with engine_errors():
+                removed = purge_tombstones(the_lake, table, now=datetime.now(timezone.utc))
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=output_key(table.output), metadata={"tombstones_purged": removed}
+                )
+            )
+
+    @dg.job(
+        name="maintenance",
+        description="Retention and vacuum of every topic's log, compaction of compacted topics "
+        "and tombstone purges of compacted tables.",
+    )
     def _maintenance() -> None:
         _enforce()
+        _compact()
+        _purge()
 
     return _maintenance

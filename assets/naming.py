@@ -15,6 +15,15 @@ CONSUMER_TAG = "lakelog/consumer"
 TOPIC_TAG = "lakelog/topic"
 
 
+def capture_key(server_name: str) -> dg.AssetKey:
+    return dg.AssetKey(["cdc", server_name])
+
+
+def capture_pool(server_name: str) -> str:
+    """One capture of a source at a time (its state file is locked too)."""
+    return f"lakelog/capture/{server_name}"
+
+
 def topic_key(topic: Topic | str) -> dg.AssetKey:
     return dg.AssetKey(["log", topic.name if isinstance(topic, Topic) else topic])
 

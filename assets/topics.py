@@ -1,6 +1,7 @@
 """Topic assets: one per declared topic, materialized by ingesting its landing-zone files."""
 
 from datetime import datetime, timezone
+from collections.abc import Sequence
 from typing import Optional
 
 import dagster as dg
@@ -21,14 +22,20 @@ class IngestConfig(dg.Config):
     )
 
 
-def topic_asset(topic: Topic) -> dg.AssetsDefinition:
-    """The topic's log `log/<name>`: ingesting materializes it, as one exactly-once batch."""
+def topic_asset(topic: Topic, deps: Sequence[dg.AssetKey] = ()) -> dg.AssetsDefinition:
+    """The topic's log `log/<name>`: ingesting materializes it, as one exactly-once batch.
+
+    `deps` are the assets that land its files (a capture for a changelog), if lakelog's own.
+    """
+    kind = "compacted " if topic.compaction else ""
 
     @dg.asset(
         key=topic_key(topic),
+        deps=list(deps),
         group_name="log",
         kinds={"spark", "delta"},
-        description=f"Append-only log of topic {topic.name} ({topic.partitions} log partitions).",
+        description=f"Append-only {kind}log of topic {topic.name} "
+        f"({topic.partitions} log partitions).",
         op_tags={TOPIC_TAG: topic.name},
         pool=ingest_pool(topic),
     )

@@ -7,6 +7,7 @@ from typing import Literal
 import dagster as dg
 
 from lakelog.resources.lake import LakeResource
+from lakelog.resources.source import SourceResource
 from lakelog.resources.spark import SparkResource
 
 Environment = Literal["local", "spark_connect"]
@@ -18,6 +19,7 @@ def build_resources(environment: Environment = "local") -> dict[str, dg.Configur
     local: a `local[*]` session in each run worker; the lake at $LAKELOG_HOME or ./.lakelog.
     spark_connect: a Spark Connect session at $LAKELOG_SPARK_REMOTE and the lake at
     $LAKELOG_HOME, which must be storage the client and the cluster both reach.
+    Both: CDC sources are PostgreSQL at $LAKELOG_SOURCE_DSN when set, else SQLite in the lake.
     """
     if environment == "spark_connect":
         spark = SparkResource(remote=dg.EnvVar("LAKELOG_SPARK_REMOTE"))
@@ -25,4 +27,4 @@ def build_resources(environment: Environment = "local") -> dict[str, dg.Configur
     else:
         spark = SparkResource()
         lake = LakeResource(spark=spark)
-    return {"spark": spark, "lake": lake}
+    return {"spark": spark, "lake": lake, "source": SourceResource()}

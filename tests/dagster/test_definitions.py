@@ -22,12 +22,31 @@ def test_shop_definitions():
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     topics = {dg.AssetKey(["log", name]) for name in TOPICS}
-    assert graph.get_all_asset_keys() == topics | {dg.AssetKey(["streams", "product_stats"])}
-    assert {graph.get(k).group_name for k in topics} == {"log"}
+    changelogs = {dg.AssetKey(["log", f"cdc.{t}"]) for t in ("customers", "products", "inventory")}
+    tables = {dg.AssetKey([kind, t]) for kind in ("tables", "history")
+              for t in ("customers", "products", "inventory")}
+    capture = dg.AssetKey(["cdc", "shop"])
+    assert graph.get_all_asset_keys() == (
+        topics | changelogs | tables | {capture, dg.AssetKey(["streams", "product_stats"])}
+    )
+    assert {graph.get(k).group_name for k in topics | changelogs} == {"log"}
     assert set(graph.get(dg.AssetKey(["streams", "product_stats"])).parent_keys) == {
         dg.AssetKey(["log", t]) for t in ("page_views", "cart_events", "orders")
     }
-    assert {s.name for s in defs.sensors} == {"landing_zone", "offsets_product_stats"}
+    # The changelog topics depend on the capture; the tables on their changelog.
+    assert set(graph.get(dg.AssetKey(["log", "cdc.products"])).parent_keys) == {capture}
+    assert set(graph.get(dg.AssetKey(["history", "products"])).parent_keys) == {
+        dg.AssetKey(["log", "cdc.products"])
+    }
+    assert {graph.get(k).group_name for k in tables} == {"tables", "history"}
+    checks = {(c.asset_key, c.name) for c in graph.asset_check_keys}
+    assert checks == {(dg.AssetKey(["tables", t]), "matches_source")
+                      for t in ("customers", "products", "inventory")}
+    assert {s.name for s in defs.sensors} == {
+        "landing_zone", "offsets_product_stats", "capture_shop",
+        *(f"offsets_{kind}_{t}" for kind in ("compact", "history")
+          for t in ("customers", "products", "inventory")),
+    }
     assert all(s.minimum_interval_seconds == 30 for s in defs.sensors)
     [schedule] = defs.schedules
     assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 3 * * *", "UTC")

@@ -309,6 +309,11 @@ def states(folded: DataFrame) -> DataFrame:
     )
 
 
+def carts(folded: DataFrame) -> DataFrame:
+    """Every cart with at least one accepted event, changed or not, as `STATE` rows."""
+    return folded.where(F.col("result.state.version") > 0).select("result.state.*")
+
+
 def snapshots(folded: DataFrame) -> DataFrame:
     return folded.select(F.explode("result.snapshots").alias("s")).select("s.*")
 

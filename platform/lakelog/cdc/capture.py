@@ -164,3 +164,21 @@ def _stream(
     current = replace(current, position=end, pending=None, updated_at=iso_utc(now))
     state.save(root, current)  # 11
     return current
+
+
+def capture_until_caught_up(
+    source: Source,
+    root: str | os.PathLike[str],
+    *,
+    now: datetime,
+    max_changes: int = 10_000,
+    max_batches: int | None = None,
+) -> list[CaptureResult]:
+    """`capture` again and again until a call lands nothing new (or `max_batches` calls)."""
+    results: list[CaptureResult] = []
+    while max_batches is None or len(results) < max_batches:
+        result = capture(source, root, now=now, max_changes=max_changes)
+        results.append(result)
+        if not result.files and result.position_after == result.position_before:
+            break
+    return results

@@ -277,6 +277,16 @@ class PostgresSource:
             conn.close()
             repl.close()
 
+    def head(self) -> int:
+        """The server's current write-ahead log position (an LSN)."""
+        conn = self.connect()
+        try:
+            with self._errors():
+                current = "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint"
+                return conn.execute(current).fetchone()[0]
+        finally:
+            conn.close()
+
     def rows(self, table: SourceTable) -> Iterator[dict[str, Any]]:
         """The table's current rows, as an event's ``after`` would hold them."""
         conn = self.connect()

@@ -60,6 +60,10 @@ class Source(Protocol):
         """Prepare capture (idempotently) and read a consistent snapshot; restarts capture."""
         ...
 
+    def head(self) -> int:
+        """The source's current position: how far capture could go now."""
+        ...
+
     def rows(self, table: SourceTable) -> Iterator[dict[str, Any]]:
         """The table's current rows, as an event's ``after`` would hold them."""
         ...

@@ -169,6 +169,19 @@ class SqliteSource:
         finally:
             conn.close()
 
+    def head(self) -> int:
+        """The position of the newest recorded change (0 before any)."""
+        conn = self.connect()
+        try:
+            row = conn.execute(
+                f"SELECT seq FROM sqlite_sequence WHERE name = '{CHANGES}'"
+            ).fetchone()
+        except sqlite3.OperationalError:  # capture never installed: no change recorded yet
+            row = None
+        finally:
+            conn.close()
+        return (row[0] if row else 0) or 0
+
     def rows(self, table: SourceTable) -> Iterator[dict[str, Any]]:
         """The table's current rows, as an event's ``after`` would hold them."""
         conn = self.connect()

@@ -1,0 +1,32 @@
+"""Event sourcing: the shopping cart as an aggregate folded from its command log.
+
+`CartAggregate` declares the consumer of a cart topic (``cart_events``) that validates each
+command against the cart's state (refused ones are kept with their reason), keeps the current
+state per cart, snapshots and the orders of checkouts; `publish_orders` relays those orders to
+a topic exactly once; `verify` checks that replaying the log rebuilds the live state.
+"""
+
+from lakelog.carts.aggregate import CartAggregate
+from lakelog.carts.fold import REASONS, Reason
+from lakelog.carts.orders import PublishResult, consume_and_publish, publish_orders
+from lakelog.carts.replay import (
+    Difference,
+    ReplayCheck,
+    replay_from_snapshots,
+    replay_full,
+    verify,
+)
+
+__all__ = [
+    "REASONS",
+    "CartAggregate",
+    "Difference",
+    "PublishResult",
+    "Reason",
+    "ReplayCheck",
+    "consume_and_publish",
+    "publish_orders",
+    "replay_from_snapshots",
+    "replay_full",
+    "verify",
+]

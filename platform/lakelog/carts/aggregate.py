@@ -1,0 +1,115 @@
+"""The shopping-cart aggregate: a consumer that folds a cart topic's commands into cart state.
+
+Each microbatch reads the stored state of only the carts its records touch (`merge.read_keys`
+prunes the clustered state files by cart id), folds the batch's commands onto it
+(`lakelog.carts.fold`) and writes, as one exactly-once microbatch (`lakelog.consumers`):
+
+- ``streams/<name>_rejections`` — appended: every refused command, with its reason;
+- ``streams/<name>_snapshots`` — appended: a cart's state every `snapshot_every` accepted events;
+- ``streams/<name>_orders`` — appended: the order of every accepted checkout, with the batch
+  that decided it (the outbox `lakelog.carts.orders.publish_orders` relays to the orders topic);
+- ``streams/<name>_state`` — upserted by cart id: the current state of every changed cart.
+
+The state is written last. A retried batch recomputes only outputs not yet committed, reading
+the state as it is now; because the state commits last, every other output is committed by then
+and the retry computes nothing, so the state a transform reads is always the state before its
+batch. Carts continue across batches from their stored state, so any split of the log into
+microbatches folds every cart's commands in the same order: the result equals one batch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from lakelog.carts import fold
+from lakelog.carts.tables import ORDER_EVENT, OUTBOX, REJECTION, STATE
+from lakelog.consumers import BatchInput, Consumer, Output
+from lakelog.errors import ConfigError
+from lakelog.lake import AppTxn, already_committed
+from lakelog.merge import read_keys
+from lakelog.topics import EventTime, Retention, Topic
+
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
+KEY = ("cart_id",)
+
+
+@dataclass(frozen=True)
+class CartAggregate:
+    """The cart aggregate over `topic` (fields as the demo's ``cart_events``)."""
+
+    name: str = "cart"
+    topic: str = "cart_events"
+    snapshot_every: int = 10
+    #: Log partitions of the orders topic the relay publishes to.
+    order_partitions: int = 4
+    order_retention: Retention = Retention()
+    rows_per_file: int = 250_000
+    max_records_per_batch: int = 250_000
+
+    def __post_init__(self) -> None:
+        if not NAME.match(self.name):
+            raise ConfigError(
+                f"cart aggregate name {self.name!r} must be lowercase letters, digits and '_'"
+            )
+        if self.snapshot_every < 1:
+            raise ConfigError(f"cart aggregate {self.name}: snapshot_every must be >= 1")
+
+    @property
+    def state(self) -> Output:
+        return Output(
+            f"streams/{self.name}_state", STATE, keys=KEY, newer_by="version",
+            rows_per_file=self.rows_per_file,
+        )
+
+    @property
+    def snapshots(self) -> Output:
+        return Output(f"streams/{self.name}_snapshots", STATE)
+
+    @property
+    def rejections(self) -> Output:
+        return Output(f"streams/{self.name}_rejections", REJECTION)
+
+    @property
+    def orders(self) -> Output:
+        return Output(f"streams/{self.name}_orders", OUTBOX)
+
+    @property
+    def orders_topic(self) -> Topic:
+        """The topic checkouts' orders are published to, for downstream consumers."""
+        return Topic(
+            f"{self.name}_orders", ORDER_EVENT, key="user_id", partitions=self.order_partitions,
+            time=EventTime(event="checkout_time"), retention=self.order_retention,
+        )
+
+    @property
+    def consumer(self) -> Consumer:
+        return Consumer(
+            name=f"aggregate.{self.name}",
+            topics=(self.topic,),
+            outputs=(self.rejections, self.snapshots, self.orders, self.state),  # state last
+            transform=self.transform,
+            max_records_per_batch=self.max_records_per_batch,
+        )
+
+    def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
+        stored = batch.outputs[self.state.path]
+        if already_committed(stored, AppTxn(self.consumer.app_id, batch.batch)):
+            raise RuntimeError(
+                f"{self.consumer.name}: batch {batch.batch} is already in {self.state.path}; "
+                "its other outputs cannot be recomputed from the state after it"
+            )
+        commands = fold.commands(batch.records[self.topic])
+        prior = read_keys(batch.lake, stored, commands, KEY)
+        folded = fold.fold(
+            commands, prior, topic=self.topic, snapshot_every=self.snapshot_every
+        ).localCheckpoint(eager=True)
+        return {
+            self.rejections.path: fold.rejections(folded),
+            self.snapshots.path: fold.snapshots(folded),
+            self.orders.path: fold.orders(folded).withColumn("batch", F.lit(batch.batch)),
+            self.state.path: fold.states(folded),
+        }
