@@ -1,10 +1,17 @@
-"""Shared fixtures: one local SparkSession for the whole test session, a fresh lake per test."""
+"""Shared fixtures: one local SparkSession for the whole test session, a fresh lake per test,
+and a fresh PostgreSQL database per test that asks for one."""
 
 from __future__ import annotations
 
+import os
+import time
+import uuid
 from datetime import datetime, timezone
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from lakelog.lake import EmbeddedLake
 from lakelog.session import create_session
@@ -29,3 +36,56 @@ def lake(spark, tmp_path):
 @pytest.fixture
 def now():
     return datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+PG_DSN = os.environ.get(
+    "LAKELOG_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The PostgreSQL server of the CDC tests (``LAKELOG_TEST_PG_DSN``, default: local).
+
+    The tests skip only if it is unreachable; one without logical decoding is an error.
+    """
+    info = conninfo_to_dict(PG_DSN)
+    where = f"{info.get('host')}:{info.get('port', 5432)}"
+    try:
+        conn = psycopg.connect(PG_DSN, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as e:
+        pytest.skip(f"PostgreSQL at {where} is unreachable ({' '.join(str(e).split())})")
+    with conn:
+        level = conn.execute("SHOW wal_level").fetchone()[0]
+    if level != "logical":
+        pytest.fail(
+            f"PostgreSQL at {where} runs with wal_level={level}; the CDC tests need "
+            "wal_level=logical (ALTER SYSTEM SET wal_level = logical, then restart it), or "
+            "LAKELOG_TEST_PG_DSN pointing at a server that has it"
+        )
+    return PG_DSN
+
+
+@pytest.fixture
+def pg_database(pg_server):
+    """A new, empty database for one test; dropped afterwards with every slot in it."""
+    name = f"lakelog_test_{uuid.uuid4().hex}"
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_conninfo(pg_server, dbname=name)
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            for _ in range(100):  # a walsender left by a failed test releases its slot on exit
+                active = admin.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                    " WHERE database = %s AND active_pid IS NOT NULL", (name,),
+                ).fetchall()
+                if not active:
+                    break
+                time.sleep(0.1)
+            admin.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                " WHERE database = %s", (name,),
+            )
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))

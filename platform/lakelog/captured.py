@@ -1,7 +1,7 @@
 """A captured source database declared once: its changelog topics and derived tables.
 
 `captured_source` builds, for every table, the changelog topic ``cdc.<table>``, the compacted
-table ``tables/<table>`` and the history table ``history/<table>`` with their consumers; the
+table ``tables/<table>`` and the history table ``history/<table>`` with their consumer; the
 Dagster layer turns one declaration into the capture, topic, table and check assets.
 """
 
@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pyspark.sql import DataFrame
+
 from lakelog.cdc import SourceTable
 from lakelog.changelog import changelog_topic
 from lakelog.compacted import CompactedTable
-from lakelog.consumers import Consumer
+from lakelog.consumers import BatchInput, Consumer
+from lakelog.errors import ConfigError
 from lakelog.history import HistoryTable
 from lakelog.topics import Topic
 
@@ -28,9 +31,28 @@ class CapturedSource:
 
     @property
     def consumers(self) -> dict[str, Consumer]:
-        found = [*(t.consumer for t in self.compacted.values()),
-                 *(t.consumer for t in self.history.values())]
+        """Per table one consumer of its changelog writing both its compacted and history
+        table: each microbatch reads the changes once, and the two tables advance together."""
+        found = [table_consumer(self.compacted[t.name], self.history[t.name])
+                 for t in self.tables]
         return {c.name: c for c in found}
+
+
+def table_consumer(compacted: CompactedTable, history: HistoryTable) -> Consumer:
+    if compacted.topic.name != history.topic.name:
+        raise ConfigError(f"{compacted.path} and {history.path} follow different changelogs")
+
+    def transform(batch: BatchInput) -> dict[str, DataFrame]:
+        return {**compacted.transform(batch), **history.transform(batch)}
+
+    return Consumer(
+        name=f"tables.{compacted.name}",
+        topics=(compacted.topic.name,),
+        outputs=(compacted.output, history.output),
+        transform=transform,
+        max_records_per_batch=min(compacted.max_records_per_batch,
+                                  history.max_records_per_batch),
+    )
 
 
 def captured_source(

@@ -35,9 +35,10 @@ def _now() -> datetime:
 
 
 def _catalog() -> tuple[dict[str, Topic], dict[str, consumers.Consumer]]:
-    from lakelog.demo import shop
+    """The demo's topics and consumers: the web shop's, and those of its captured database."""
+    from lakelog.demo import shop, shop_cdc
 
-    return shop.TOPICS, shop.CONSUMERS
+    return {**shop.TOPICS, **shop_cdc.CHANGELOGS}, {**shop.CONSUMERS, **shop_cdc.CONSUMERS}
 
 
 def _topic(name: str) -> Topic:
@@ -80,22 +81,24 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
+    from lakelog.demo import shop
     from lakelog.demo.run import run_demo
     from lakelog.demo.workload import Workload
 
     if args.events < 1 or args.batches < 1:
         raise LakelogError("--events and --batches must be positive")
     lake = _lake(args)
-    topics, declared = _catalog()
     say = (lambda m: print(m, file=sys.stderr)) if not args.json else (lambda m: None)
     summary = run_demo(
         lake,
         lake.spark,
-        topics=topics,
-        consumer_list=list(declared.values()),
+        topics=shop.TOPICS,
+        consumer_list=list(shop.CONSUMERS.values()),
         workload=Workload(args.events, seed=args.seed, batches=args.batches),
         now=_now,
         progress=say,
+        source_dsn=args.source_dsn,
+        with_source=not args.no_source,
     )
     heads = "\n".join(f"  {name:<12} {head:>12,}" for name, head in summary.heads.items())
     lags = "\n".join(f"  {name:<12} {lag:>12,}" for name, lag in summary.lag.items())
@@ -109,6 +112,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
         f"{summary.duplicates:,} duplicates skipped + {summary.dead_letters:,} dead letters"
         f" ({summary.ingests} ingest batches)\n"
         f"log heads (records per topic)\n{heads}\n"
+        f"shop database ({summary.source or 'not captured'}): {summary.source_changes:,}"
+        " change events captured\n"
         f"consumer lag ({summary.microbatches} microbatches)\n{lags}\n"
         f"wall time    {summary.seconds:.1f} s, {summary.records_per_second:,.0f} records/s",
     )
@@ -199,9 +204,9 @@ def cmd_lag(args: argparse.Namespace) -> None:
         for c in chosen
         for p in consumers.lag(lake, c, topics)
     ]
-    lines = [f"{'CONSUMER':<16}{'TOPIC':<14}{'PARTITION':>10}{'COMMITTED':>12}{'HEAD':>12}{'LAG':>10}"]
+    lines = [f"{'CONSUMER':<20}{'TOPIC':<14}{'PARTITION':>10}{'COMMITTED':>12}{'HEAD':>12}{'LAG':>10}"]
     lines += [
-        f"{r['consumer']:<16}{r['topic']:<14}{r['partition']:>10}{r['committed']:>12}{r['head']:>12}{r['lag']:>10}"
+        f"{r['consumer']:<20}{r['topic']:<14}{r['partition']:>10}{r['committed']:>12}{r['head']:>12}{r['lag']:>10}"
         for r in rows
     ]
     _emit(args, rows, "\n".join(lines))
@@ -226,6 +231,21 @@ def cmd_offsets_reset(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_compact(args: argparse.Namespace) -> None:
+    from lakelog.log_compaction import compact_topic
+
+    topic = _topic(args.topic)
+    lake = _lake(args)
+    result = compact_topic(lake, topic, now=_now())
+    _emit(
+        args,
+        {**result.__dict__, "ratio": result.ratio},
+        f"{topic.name}: {result.files_before} closed files, {result.records_before:,} records "
+        f"-> {result.records_after:,} ({result.tombstones_removed:,} tombstones removed)"
+        + ("" if result.version is not None else "; nothing to compact"),
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--home", default=os.environ.get("LAKELOG_HOME", ".lakelog"),
@@ -242,7 +262,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--events", type=int, default=100_000)
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--batches", type=int, default=4)
+    demo.add_argument("--source-dsn", default=os.environ.get("LAKELOG_SOURCE_DSN"),
+                      help="PostgreSQL shop database to capture (default: $LAKELOG_SOURCE_DSN, "
+                      "else SQLite under the home)")
+    demo.add_argument("--no-source", action="store_true",
+                      help="events only: no shop database and no change data capture")
     demo.set_defaults(func=cmd_demo)
+
+    compact = sub.add_parser("compact", parents=[common],
+                             help="compact a topic's log (keep the latest record per key)")
+    compact.add_argument("topic")
+    compact.set_defaults(func=cmd_compact)
 
     sub.add_parser("topics", parents=[common], help="topics with offsets per log partition").set_defaults(func=cmd_topics)
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from lakelog.demo import shop
+from lakelog.demo import shop, shop_cdc
 
 pytestmark = pytest.mark.slow
 
@@ -56,11 +58,12 @@ def test_demo_then_lag_and_topics(demo_home):
 
     lag = json.loads(lakelog("lag", "--json", home=home).stdout)
     assert lag and all(row["lag"] == 0 for row in lag)
-    assert {row["topic"] for row in lag} == set(shop.PRODUCT_STATS_CONSUMER.topics)
+    assert {row["topic"] for row in lag} == {*shop.PRODUCT_STATS_CONSUMER.topics,
+                                             *shop_cdc.CHANGELOGS}
 
     topics = json.loads(lakelog("topics", "--json", home=home).stdout)
-    assert {t["topic"] for t in topics} == set(shop.TOPICS)
-    for entry in topics:
+    assert {t["topic"] for t in topics} == {*shop.TOPICS, *shop_cdc.CHANGELOGS}
+    for entry in [t for t in topics if t["topic"] in shop.TOPICS]:
         data = DeltaTable(str(home / "log" / entry["topic"])).to_pyarrow_table()
         assert entry["records"] == data.num_rows
         for o in entry["offsets"]:
@@ -68,7 +71,18 @@ def test_demo_then_lag_and_topics(demo_home):
             assert o["records"] == len(offsets) == o["head"] - o["start"]
             if len(offsets):
                 assert o["head"] == pc.max(offsets).as_py() + 1 and o["start"] == 0
-    assert sum(t["records"] for t in topics) == 20000
+    assert sum(t["records"] for t in topics if t["topic"] in shop.TOPICS) == 20000
+
+    # The shop database changed during the demo; its tables in the lake mirror it.
+    assert summary["source"] == "sqlite" and summary["source_changes"] > 5000  # snapshot + more
+    conn = sqlite3.connect(home / "sources" / "shop.db")
+    for name, compacted in shop_cdc.COMPACTED.items():
+        live = [r for r in table(home, compacted.path) if not r["_deleted"]]
+        assert len(live) == conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0], name
+    history = table(home, shop_cdc.HISTORY["customers"].path)
+    assert sum(r["is_current"] for r in history) == conn.execute(
+        "SELECT count(*) FROM customers").fetchone()[0]
+    conn.close()
 
 
 def test_demo_rerun_is_idempotent(demo_home, tmp_path):
@@ -83,15 +97,16 @@ def test_killed_demo_finishes_with_the_same_tables(demo_home, tmp_path):
     reference, _ = demo_home
     home = tmp_path / "killed"
     env = {**os.environ, "LAKELOG_SPARK_MASTER": "local[2]"}
+    # The event pipeline only: the captured database's crash safety is the engine tests' part.
     for delay in (12, 25):  # kill it twice, at different stages, with SIGKILL
         proc = subprocess.Popen(
-            [*LAKELOG, *DEMO, "--home", str(home)], env=env,
+            [*LAKELOG, *DEMO, "--no-source", "--home", str(home)], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    lakelog(*DEMO, home=home)
+    lakelog(*DEMO, "--no-source", home=home)
     for t in shop.TOPICS:
         assert table(home, f"log/{t}") == table(reference, f"log/{t}"), t
     assert table(home, "log/_dead_letters") == table(reference, "log/_dead_letters")
@@ -99,6 +114,26 @@ def test_killed_demo_finishes_with_the_same_tables(demo_home, tmp_path):
     assert table(home, stats, drop=()) == table(reference, stats, drop=())
     lag = json.loads(lakelog("lag", "--json", home=home).stdout)
     assert all(row["lag"] == 0 for row in lag)
+
+
+def test_demo_captures_a_postgresql_shop_database(tmp_path, pg_database):
+    """LAKELOG_SOURCE_DSN points the demo at PostgreSQL: logical decoding instead of SQLite."""
+    home = tmp_path / "lake"
+    env = {**os.environ, "LAKELOG_SPARK_MASTER": "local[2]", "LAKELOG_SOURCE_DSN": pg_database}
+    proc = subprocess.run(
+        [*LAKELOG, "demo", "--events", "2000", "--batches", "1", "--json", "--home", str(home)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["source"] == "postgresql" and all(v == 0 for v in summary["lag"].values())
+    with psycopg.connect(pg_database) as conn:
+        for name, compacted in shop_cdc.COMPACTED.items():
+            live = [r for r in table(home, compacted.path) if not r["_deleted"]]
+            count = conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+            assert len(live) == count > 0, name
+    compacted = json.loads(lakelog("compact", "cdc.customers", "--json", home=home).stdout)
+    assert compacted["topic"] == "cdc.customers" and compacted["version"] is None  # too recent
 
 
 def test_produce_and_tail(tmp_path):

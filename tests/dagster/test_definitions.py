@@ -44,8 +44,7 @@ def test_shop_definitions():
                       for t in ("customers", "products", "inventory")}
     assert {s.name for s in defs.sensors} == {
         "landing_zone", "offsets_product_stats", "capture_shop",
-        *(f"offsets_{kind}_{t}" for kind in ("compact", "history")
-          for t in ("customers", "products", "inventory")),
+        *(f"offsets_tables_{t}" for t in ("customers", "products", "inventory")),
     }
     assert all(s.minimum_interval_seconds == 30 for s in defs.sensors)
     [schedule] = defs.schedules

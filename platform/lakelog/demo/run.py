@@ -1,7 +1,9 @@
 """The main job: generate the web-shop workload and run ingestion and every consumer over it.
 
 Each of the workload's batches is landed (files already there are kept), ingested topic by topic,
-and consumed by every consumer until caught up. Every step is exactly-once and resumable, so a
+and consumed by every consumer until caught up. With a shop database, each batch also changes
+the database (inserts, updates, deletes) and its capture brings the changelogs, compacted and
+history tables up to date. Every step is exactly-once and resumable, so a
 run that was killed at any moment, run again with the same seed and home, finishes the remaining
 work and leaves the tables an uninterrupted run leaves.
 """
@@ -21,6 +23,7 @@ from lakelog.consumers import Consumer
 from lakelog.lake import Lake
 from lakelog.log import partition_states
 from lakelog.topics import Topic
+from lakelog.demo import shop_cdc
 from lakelog.demo.workload import Workload
 
 
@@ -39,6 +42,8 @@ class DemoSummary:
     microbatches: int = 0
     heads: dict[str, int] = field(default_factory=dict)
     lag: dict[str, int] = field(default_factory=dict)
+    source: str | None = None  # the captured shop database: sqlite or postgresql
+    source_changes: int = 0  # change events captured (snapshot rows included)
     seconds: float = 0.0
 
     @property
@@ -58,13 +63,26 @@ def run_demo(
     workload: Workload,
     now: Callable[[], datetime],
     progress: Callable[[str], None] = lambda _: None,
+    source_dsn: str | None = None,
+    with_source: bool = True,
 ) -> DemoSummary:
     started = time.perf_counter()
     summary = DemoSummary(workload.events, workload.seed, workload.batches)
+    conn = dialect = src = None
+    if with_source:
+        conn, dialect = shop_cdc.connect(lake.root, source_dsn)
+        shop_cdc.prepare(conn, dialect, seed=workload.seed)
+        src = shop_cdc.source(lake.root, source_dsn)
+        summary.source = src.connector
     for k in range(workload.batches):
         written = workload.write_batch(k, lake.root)
         summary.files_written += len(written)
         progress(f"batch {k + 1}/{workload.batches}: landed {len(written)} new files")
+        if conn is not None:
+            changes = max(workload.events // (20 * workload.batches), 10)
+            if shop_cdc.mutate_batch(conn, dialect, k, changes=changes, seed=workload.seed,
+                                     start=workload.start):
+                progress(f"  shop database: about {changes} row changes")
         for result in ingest.ingest_topics(lake, spark, list(topics.values()), now=now):
             summary.ingests += 1
             summary.read += result.read
@@ -79,11 +97,23 @@ def run_demo(
             done = consumers.run_until_caught_up(lake, consumer, topics, now=now)
             summary.microbatches += len(done)
             progress(f"  {consumer.name}: {len(done)} microbatches, {sum(r.records for r in done)} records")
+        if src is not None:
+            synced = shop_cdc.sync(lake, spark, src, now=now())
+            summary.source_changes += synced.changes
+            summary.microbatches += sum(synced.microbatches.values())
+            progress(f"  capture: {synced.changes} change events, {synced.ingested} appended to"
+                     " the changelogs")
+    if conn is not None:
+        conn.close()
     summary.landed = sum(workload.summary(k).lines for k in range(workload.batches))
     for name, topic in topics.items():
         states = partition_states(lake.snapshot(topic.path), topic.partitions)
         summary.heads[name] = sum(s.head for s in states.values())
     for consumer in consumer_list:
         summary.lag[consumer.name] = sum(p.lag for p in consumers.lag(lake, consumer, topics))
+    if src is not None:
+        for name, consumer in shop_cdc.CONSUMERS.items():
+            lags = consumers.lag(lake, consumer, shop_cdc.CHANGELOGS)
+            summary.lag[name] = sum(p.lag for p in lags)
     summary.seconds = time.perf_counter() - started
     return summary

@@ -6,8 +6,13 @@ DSN points at (``LAKELOG_SOURCE_DSN`` in the CLI, the source resource in Dagster
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
 
 from pyspark.sql import SparkSession
 
@@ -15,7 +20,8 @@ from lakelog import consumers, ingest
 from lakelog.captured import captured_source
 from lakelog.cdc import Source
 from lakelog.cdc.capture import capture_until_caught_up
-from lakelog.cdc.sources import open_source
+from lakelog.cdc.errors import SourceUnavailableError
+from lakelog.cdc.sources import open_source, sqlite_path
 from lakelog.demo import oltp
 from lakelog.lake import Lake
 
@@ -54,3 +60,44 @@ def sync(
         batches = consumers.run_until_caught_up(lake, consumer, CHANGELOGS, now=lambda: now)
         result.microbatches[consumer.name] = len(batches)
     return result
+
+
+#: The demo's own bookkeeping in the shop database (not captured): batches already mutated.
+DEMO_BATCHES = "lakelog_demo_batches"
+
+
+def connect(root: str, dsn: str | None = None) -> tuple[Any, oltp.Dialect]:
+    """A connection to the shop database (created if missing) and its dialect."""
+    if dsn:
+        try:
+            return psycopg.connect(dsn, connect_timeout=10, autocommit=True), "postgres"
+        except psycopg.OperationalError as e:
+            raise SourceUnavailableError(f"cannot connect to the shop database: {e}") from e
+    path = sqlite_path(root, SERVER)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return sqlite3.connect(path, timeout=30), "sqlite"
+
+
+def prepare(conn: Any, dialect: oltp.Dialect, *, seed: int) -> None:
+    """Create and seed the shop tables once; a second call (a rerun) changes nothing."""
+    oltp.create_schema(conn, dialect)
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {DEMO_BATCHES} (batch integer PRIMARY KEY)")
+    conn.commit()
+    if conn.execute("SELECT count(*) FROM customers").fetchone()[0] == 0:
+        oltp.seed(conn, dialect, seed=seed)
+
+
+def mutate_batch(
+    conn: Any, dialect: oltp.Dialect, k: int, *, changes: int, seed: int, start: datetime
+) -> bool:
+    """The shop's OLTP activity during workload batch `k`, once: False if it already ran.
+
+    The batch is recorded after its transactions commit, so a run killed in the middle of them
+    repeats part of them: the captured tables still mirror the database exactly.
+    """
+    if conn.execute(f"SELECT count(*) FROM {DEMO_BATCHES} WHERE batch = {k}").fetchone()[0]:
+        return False
+    oltp.mutate(conn, dialect, n=changes, seed=seed * 1000 + k, now=start + timedelta(hours=k))
+    conn.execute(f"INSERT INTO {DEMO_BATCHES} VALUES ({k})")
+    conn.commit()
+    return True
