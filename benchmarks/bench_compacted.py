@@ -1,0 +1,153 @@
+"""Benchmark: one microbatch of changes applied to a compacted table of 1M vs 10M keys.
+
+The table is built directly in the layout the engine's upserts write (files of
+`CompactedTable.rows_per_file` rows clustered by key range). Then, per repetition, a batch of
+changelog records is produced into the table's changelog topic (untimed) and one microbatch of
+the table's consumer is timed: plan, read the changes, newest-per-key, conditional upsert of the
+files the keys fall in, checkpoint. Two change mixes:
+
+- ``recent``: 40% inserts of new keys, 50% updates and 10% deletes of keys among the newest
+  100,000 — active customers are mostly recent ones;
+- ``uniform``: updates of keys drawn uniformly from the whole table.
+
+Prints one JSON object; progress on stderr. Example:
+
+    /work/venv/bin/python benchmarks/bench_compacted.py --small 1000000 --large 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakelog import consumers, ingest
+from lakelog.compacted import CompactedTable
+from lakelog.demo import shop_cdc
+from lakelog.lake import EmbeddedLake
+from lakelog.merge import clustered
+from lakelog.session import create_session
+
+HOT = 100_000
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def build(spark: SparkSession, lake: EmbeddedLake, table: CompactedTable, keys: int) -> float:
+    """`keys` customers 1..keys, as the table's own upserts would have laid them out."""
+    start = time.perf_counter()
+    rows = spark.range(1, keys + 1).select(
+        F.col("id").alias("customer_id"),
+        F.concat(F.lit("name "), F.col("id")).alias("name"),
+        F.concat(F.lit("c"), F.col("id"), F.lit("@example.com")).alias("email"),
+        F.element_at(F.array(*[F.lit(c) for c in ("NL", "DE", "FR", "US")]),
+                     (F.col("id") % 4 + 1).cast("int")).alias("country"),
+        F.lit(NOW).cast("timestamp").alias("updated_at"),
+        F.lpad(F.hex(F.col("id")), 32, "0").alias("_position"),
+        F.lit("r").alias("_op"),
+        F.lit(False).alias("_deleted"),
+        F.lit(NOW).cast("timestamp").alias("_commit_time"),
+    )
+    lake.create_table(table.path, table.output.schema)
+    snapshot = lake.snapshot(table.path)
+    lake.write(snapshot, clustered(rows, table.key, table.rows_per_file, keys))
+    return time.perf_counter() - start
+
+
+def changes(keys: int, count: int, mix: str, first_position: int, seed: int) -> list[str]:
+    """`count` Debezium change events for the table of `keys` keys."""
+    r = random.Random(seed)
+    lines, next_key = [], keys + 1 + seed * count
+    for n in range(count):
+        position = first_position + n
+        roll = r.random()
+        if mix == "uniform":
+            op, key = "u", r.randint(1, keys)
+        elif roll < 0.4:
+            op, key, next_key = "c", next_key, next_key + 1
+        else:
+            op, key = ("u" if roll < 0.9 else "d"), r.randint(max(1, keys - HOT), keys)
+        row = {"customer_id": key, "name": f"name {key} v{position}", "email": f"c{key}@x",
+               "country": "NL", "updated_at": "2026-03-01T12:00:00.000000Z"}
+        lines.append(json.dumps({
+            "before": {**row, "name": None} if op in ("u", "d") else None,
+            "after": None if op == "d" else row, "op": op, "ts_ms": 1772366400000,
+            "source": {"connector": "postgresql", "name": "bench", "ts_ms": 1772366400000,
+                       "snapshot": "false", "table": "customers", "lsn": position,
+                       "commit_lsn": position},
+        }))
+    return lines
+
+
+def run(spark: SparkSession, home: str, keys: int, args: argparse.Namespace) -> dict:
+    lake = EmbeddedLake(spark, os.path.join(home, f"keys-{keys}"))
+    table = shop_cdc.COMPACTED["customers"]
+    topics = {table.topic.name: table.topic}
+    progress(f"building a table of {keys:,} keys")
+    built = build(spark, lake, table, keys)
+    files = len(lake.snapshot(table.path).files())
+    result = {"keys": keys, "files": files, "build_s": round(built, 1), "mixes": {}}
+    position = 10**12
+    for mix in args.mix:
+        seconds = []
+        for rep in range(args.repeats + 1):
+            lines = changes(keys, args.changes, mix, position, seed=rep + 1)
+            position += args.changes
+            ingest.produce(lake, spark, table.topic, lines, source="bench", now=NOW)
+            before = {f.path for f in lake.snapshot(table.path).files()}
+            start = time.perf_counter()
+            done = consumers.run_batch(lake, table.consumer, topics, now=NOW)
+            took = time.perf_counter() - start
+            assert done is not None and done.records == args.changes
+            rewritten = len(before - {f.path for f in lake.snapshot(table.path).files()})
+            progress(f"  {keys:,} keys, {mix}, rep {rep}: {took:.2f}s, {rewritten} files rewritten")
+            if rep:  # repetition 0 warms up
+                seconds.append(took)
+        result["mixes"][mix] = {
+            "seconds": [round(s, 3) for s in seconds], "median_s": round(statistics.median(seconds), 3),
+            "files_rewritten_last": rewritten,
+        }
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--small", type=int, default=1_000_000)
+    p.add_argument("--large", type=int, default=10_000_000)
+    p.add_argument("--changes", type=int, default=10_000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--mix", action="append", choices=["recent", "uniform"])
+    p.add_argument("--driver-memory", default="6g")
+    args = p.parse_args()
+    args.mix = args.mix or ["recent", "uniform"]
+    home = tempfile.mkdtemp(prefix="lakelog-bench-compacted-")
+    spark = create_session(master="local[2]", app_name="lakelog-bench-compacted",
+                           conf={"spark.driver.memory": args.driver_memory})
+    try:
+        small, large = run(spark, home, args.small, args), run(spark, home, args.large, args)
+    finally:
+        spark.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    ratios = {m: round(large["mixes"][m]["median_s"] / small["mixes"][m]["median_s"], 2)
+              for m in args.mix}
+    json.dump({"changes": args.changes, "rows_per_file": shop_cdc.COMPACTED["customers"].rows_per_file,
+               "small": small, "large": large, "ratio": ratios, "target_ratio": 2.0,
+               "cpus": os.cpu_count()}, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
