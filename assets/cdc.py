@@ -14,7 +14,7 @@ from lakelog.cdc import SourceTable, state
 from lakelog.cdc.capture import capture_until_caught_up
 from lakelog.cdc.lag import capture_lag
 from lakelog.compacted import CompactedTable
-from lakelog.consumers import lag
+from lakelog.consumers import Consumer, lag
 from lakelog.reconcile import reconcile
 from lakelog.resources import LakeResource, SourceResource
 from lakelog.topics import Topic
@@ -90,12 +90,14 @@ def reconciliation_check(
     tables: tuple[SourceTable, ...],
     table: SourceTable,
     compacted: CompactedTable,
+    writer: Consumer,
     topics: Mapping[str, Topic],
 ) -> dg.AssetChecksDefinition:
     """Fails when the compacted table differs from the source at the captured position.
 
     When the comparison cannot be exact — the source changed after the capture, or the table
     has not yet applied everything captured — it warns instead, saying what to run.
+    `writer` is the consumer that maintains `compacted`.
     """
 
     @dg.asset_check(
@@ -112,11 +114,11 @@ def reconciliation_check(
             src = source.open(server_name, tables, root=root)
             saved = state.load(root, server_name, src.connector)
             waiting = [] if saved is None else [
-                t for t in compacted.consumer.topics
+                t for t in writer.topics
                 if landing.pending_files(the_lake, landing.load_manifest(the_lake, t))
             ]
             behind = 0 if saved is None else sum(
-                x.lag for x in lag(the_lake, compacted.consumer, topics)
+                x.lag for x in lag(the_lake, writer, topics)
             )
             if saved is None or waiting or behind:
                 return dg.AssetCheckResult(

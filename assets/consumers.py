@@ -10,6 +10,7 @@ from pydantic import Field
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.metadata import lag_table
 from lakelog.assets.naming import CONSUMER_TAG, consumer_pool, op_name, output_key, topic_key
+from lakelog.compacted import change_counts
 from lakelog.consumers import Consumer, lag, run_until_caught_up
 from lakelog.errors import ConfigError
 from lakelog.resources import LakeResource
@@ -66,6 +67,10 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
         context: dg.AssetExecutionContext, config: MicrobatchConfig, lake: LakeResource
     ) -> Iterator[dg.MaterializeResult]:
         the_lake = lake.open()
+        before = {
+            o.path: the_lake.snapshot(o.path).version if the_lake.exists(o.path) else -1
+            for o in consumer.outputs
+        }
         with engine_errors():
             batches = run_until_caught_up(
                 the_lake, consumer, reads, now=_now, max_batches=config.max_batches
@@ -82,11 +87,14 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
             "lag_total": sum(x.lag for x in lags),
         }
         for output in consumer.outputs:
-            files = the_lake.snapshot(output.path).files() if the_lake.exists(output.path) else []
-            rows = sum(f.num_records for f in files)
-            yield dg.MaterializeResult(
-                asset_key=output_key(output), metadata={**metadata, "dagster/row_count": rows}
-            )
+            snapshot = the_lake.snapshot(output.path) if the_lake.exists(output.path) else None
+            files = snapshot.files() if snapshot else []
+            extra = {"dagster/row_count": sum(f.num_records for f in files)}
+            if snapshot and "_deleted" in output.schema.fieldNames() and output.newer_by:
+                extra.update(
+                    change_counts(the_lake, output.path, before[output.path] + 1, snapshot.version)
+                )
+            yield dg.MaterializeResult(asset_key=output_key(output), metadata={**metadata, **extra})
 
     return _consume
 

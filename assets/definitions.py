@@ -53,7 +53,8 @@ def build_definitions(
             *consumer_assets.values(),
         ],
         asset_checks=[
-            reconciliation_check(s.server_name, s.tables, table, s.compacted[table.name], topics)
+            reconciliation_check(s.server_name, s.tables, table, s.compacted[table.name],
+                                 s.consumer_of(table.name), topics)
             for s in sources for table in s.tables
         ],
         jobs=[*jobs.values(), *capture_jobs.values(), maintenance],

@@ -33,9 +33,12 @@ class CapturedSource:
     def consumers(self) -> dict[str, Consumer]:
         """Per table one consumer of its changelog writing both its compacted and history
         table: each microbatch reads the changes once, and the two tables advance together."""
-        found = [table_consumer(self.compacted[t.name], self.history[t.name])
-                 for t in self.tables]
+        found = [self.consumer_of(t.name) for t in self.tables]
         return {c.name: c for c in found}
+
+    def consumer_of(self, table: str) -> Consumer:
+        """The consumer writing `table`'s compacted and history tables."""
+        return table_consumer(self.compacted[table], self.history[table])
 
 
 def table_consumer(compacted: CompactedTable, history: HistoryTable) -> Consumer:

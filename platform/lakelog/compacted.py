@@ -102,3 +102,18 @@ def purge_tombstones(lake: Lake, table: CompactedTable, *, now: datetime) -> int
                metadata={"lakelog.purge_tombstones": {"removed": counts["gone"],
                                                       "cutoff": cutoff.isoformat()}})
     return counts["gone"]
+
+
+def change_counts(lake: Lake, path: str, start_version: int, end_version: int) -> dict[str, int]:
+    """Rows a compacted table's versions ``start..end`` upserted and tombstoned (from its change
+    feed: a rewritten row that did not change is not counted)."""
+    if end_version < start_version:
+        return {"rows_upserted": 0, "rows_tombstoned": 0}
+    written = lake.changes(path, start_version, end_version).where(
+        F.col("_change_type") == "insert"
+    )
+    row = written.agg(
+        F.count(F.when(~F.col("_deleted"), 1)).alias("up"),
+        F.count(F.when(F.col("_deleted"), 1)).alias("tomb"),
+    ).first()
+    return {"rows_upserted": row["up"], "rows_tombstoned": row["tomb"]}

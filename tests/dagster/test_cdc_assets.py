@@ -63,6 +63,11 @@ def test_materializing_the_cdc_assets_mirrors_the_source(spark, lake, shop_db):
                  if e.asset_key == dg.AssetKey(["cdc", "shop"])]
     meta = capture.metadata
     assert meta["snapshot_taken"].value is True and meta["lag_positions"].value == 0
+    [tables] = [e.materialization for e in result.get_asset_materialization_events()
+                if e.asset_key == dg.AssetKey(["tables", "customers"])]
+    assert tables.metadata["rows_upserted"].value > 30  # the snapshot's 30 and more
+    everything = lake.read(lake.snapshot("tables/customers"))
+    assert tables.metadata["rows_tombstoned"].value == everything.where("_deleted").count()
     customers = shop_db.execute("SELECT count(*) FROM customers").fetchone()[0]
     table = lake.read(lake.snapshot("tables/customers")).where("NOT _deleted")
     assert table.count() == customers
@@ -73,6 +78,6 @@ def test_materializing_the_cdc_assets_mirrors_the_source(spark, lake, shop_db):
     # The source changes: the sensor would capture; meanwhile the check warns, it does not fail.
     oltp.mutate(shop_db, "sqlite", n=10, seed=9, now=oltp.START)
     rerun = job.execute_in_process(resources=resources, asset_selection=[
-        dg.AssetKey(["tables", "customers"])])
+        dg.AssetKey(["tables", "customers"]), dg.AssetKey(["history", "customers"])])
     [evaluation] = rerun.get_asset_check_evaluations()
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
