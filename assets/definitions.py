@@ -8,14 +8,16 @@ from typing import Any
 
 import dagster as dg
 
+from lakelog.assets.carts import orders_relay_asset, replay_check
 from lakelog.assets.cdc import capture_asset, reconciliation_check
 from lakelog.assets.consumers import consumer_asset, consumer_job
 from lakelog.assets.maintenance import maintenance_job
 from lakelog.assets.naming import capture_key, op_name
 from lakelog.assets.topics import topic_asset
 from lakelog.captured import CapturedSource
+from lakelog.carts import CartAggregate
 from lakelog.consumers import Consumer
-from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.demo.shop import CARTS, CONSUMERS, TOPICS
 from lakelog.demo.shop_cdc import SHOP
 from lakelog.resources import build_resources
 from lakelog.sensors import capture_sensor, landing_sensor, log_sensor, maintenance_schedule
@@ -27,12 +29,14 @@ def build_definitions(
     consumers: Mapping[str, Consumer],
     *,
     sources: Sequence[CapturedSource] = (),
+    aggregates: Sequence[CartAggregate] = (),
     resources: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
     """Everything Dagster needs for a declared pipeline; `resources` default to the local ones.
 
     Each captured source adds its capture asset and sensor, its changelog topics, the consumers
-    of its compacted and history tables, and a reconciliation check per compacted table.
+    of its compacted and history tables, and a reconciliation check per compacted table. Each
+    cart aggregate (whose consumer is among `consumers`) adds its orders relay and replay check.
     """
     topics = {**topics, **{n: t for s in sources for n, t in s.changelogs.items()}}
     consumers = {**consumers, **{n: c for s in sources for n, c in s.consumers.items()}}
@@ -51,11 +55,13 @@ def build_definitions(
             *captures.values(),
             *(topic_asset(t, landed_by.get(t.name, ())) for t in topics.values()),
             *consumer_assets.values(),
+            *(orders_relay_asset(a) for a in aggregates),
         ],
         asset_checks=[
-            reconciliation_check(s.server_name, s.tables, table, s.compacted[table.name],
-                                 s.consumer_of(table.name), topics)
-            for s in sources for table in s.tables
+            *(replay_check(a, topics) for a in aggregates),
+            *(reconciliation_check(s.server_name, s.tables, table, s.compacted[table.name],
+                                   s.consumer_of(table.name), topics)
+              for s in sources for table in s.tables),
         ],
         jobs=[*jobs.values(), *capture_jobs.values(), maintenance],
         sensors=[
@@ -69,4 +75,4 @@ def build_definitions(
     )
 
 
-defs = build_definitions(TOPICS, CONSUMERS, sources=[SHOP])
+defs = build_definitions(TOPICS, CONSUMERS, sources=[SHOP], aggregates=[CARTS])

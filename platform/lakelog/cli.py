@@ -35,10 +35,13 @@ def _now() -> datetime:
 
 
 def _catalog() -> tuple[dict[str, Topic], dict[str, consumers.Consumer]]:
-    """The demo's topics and consumers: the web shop's, and those of its captured database."""
+    """The demo's topics and consumers: the web shop's (with the cart aggregate's orders), and
+    those of its captured database."""
     from lakelog.demo import shop, shop_cdc
 
-    return {**shop.TOPICS, **shop_cdc.CHANGELOGS}, {**shop.CONSUMERS, **shop_cdc.CONSUMERS}
+    topics = {**shop.TOPICS, shop.CARTS.orders_topic.name: shop.CARTS.orders_topic,
+              **shop_cdc.CHANGELOGS}
+    return topics, {**shop.CONSUMERS, **shop_cdc.CONSUMERS}
 
 
 def _topic(name: str) -> Topic:

@@ -62,7 +62,7 @@ def test_demo_then_lag_and_topics(demo_home):
                                              *shop_cdc.CHANGELOGS}
 
     topics = json.loads(lakelog("topics", "--json", home=home).stdout)
-    assert {t["topic"] for t in topics} == {*shop.TOPICS, *shop_cdc.CHANGELOGS}
+    assert {t["topic"] for t in topics} == {*shop.TOPICS, "cart_orders", *shop_cdc.CHANGELOGS}
     for entry in [t for t in topics if t["topic"] in shop.TOPICS]:
         data = DeltaTable(str(home / "log" / entry["topic"])).to_pyarrow_table()
         assert entry["records"] == data.num_rows
@@ -72,6 +72,9 @@ def test_demo_then_lag_and_topics(demo_home):
             if len(offsets):
                 assert o["head"] == pc.max(offsets).as_py() + 1 and o["start"] == 0
     assert sum(t["records"] for t in topics if t["topic"] in shop.TOPICS) == 20000
+
+    # Checkouts of the cart aggregate became orders, each published once.
+    assert len(table(home, "streams/cart_orders")) == len(table(home, "log/cart_orders")) > 0
 
     # The shop database changed during the demo; its tables in the lake mirror it.
     assert summary["source"] == "sqlite" and summary["source_changes"] > 5000  # snapshot + more

@@ -26,9 +26,15 @@ def test_shop_definitions():
     tables = {dg.AssetKey([kind, t]) for kind in ("tables", "history")
               for t in ("customers", "products", "inventory")}
     capture = dg.AssetKey(["cdc", "shop"])
+    carts = {dg.AssetKey(["streams", f"cart_{t}"])
+             for t in ("state", "snapshots", "rejections", "orders")}
     assert graph.get_all_asset_keys() == (
-        topics | changelogs | tables | {capture, dg.AssetKey(["streams", "product_stats"])}
+        topics | changelogs | tables | carts
+        | {capture, dg.AssetKey(["streams", "product_stats"]), dg.AssetKey(["log", "cart_orders"])}
     )
+    assert set(graph.get(dg.AssetKey(["log", "cart_orders"])).parent_keys) == {
+        dg.AssetKey(["streams", "cart_orders"])
+    }
     assert {graph.get(k).group_name for k in topics | changelogs} == {"log"}
     assert set(graph.get(dg.AssetKey(["streams", "product_stats"])).parent_keys) == {
         dg.AssetKey(["log", t]) for t in ("page_views", "cart_events", "orders")
@@ -41,9 +47,10 @@ def test_shop_definitions():
     assert {graph.get(k).group_name for k in tables} == {"tables", "history"}
     checks = {(c.asset_key, c.name) for c in graph.asset_check_keys}
     assert checks == {(dg.AssetKey(["tables", t]), "matches_source")
-                      for t in ("customers", "products", "inventory")}
+                      for t in ("customers", "products", "inventory")} | {
+        (dg.AssetKey(["streams", "cart_state"]), "replay_matches")}
     assert {s.name for s in defs.sensors} == {
-        "landing_zone", "offsets_product_stats", "capture_shop",
+        "landing_zone", "offsets_product_stats", "offsets_aggregate_cart", "capture_shop",
         *(f"offsets_tables_{t}" for t in ("customers", "products", "inventory")),
     }
     assert all(s.minimum_interval_seconds == 30 for s in defs.sensors)

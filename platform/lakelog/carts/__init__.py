@@ -8,7 +8,12 @@ a topic exactly once; `verify` checks that replaying the log rebuilds the live s
 
 from lakelog.carts.aggregate import CartAggregate
 from lakelog.carts.fold import REASONS, Reason
-from lakelog.carts.orders import PublishResult, consume_and_publish, publish_orders
+from lakelog.carts.orders import (
+    PublishResult,
+    consume_and_publish,
+    publish_orders,
+    published_through,
+)
 from lakelog.carts.replay import (
     Difference,
     ReplayCheck,
@@ -26,6 +31,7 @@ __all__ = [
     "ReplayCheck",
     "consume_and_publish",
     "publish_orders",
+    "published_through",
     "replay_from_snapshots",
     "replay_full",
     "verify",

@@ -10,11 +10,12 @@ prunes the clustered state files by cart id), folds the batch's commands onto it
   that decided it (the outbox `lakelog.carts.orders.publish_orders` relays to the orders topic);
 - ``streams/<name>_state`` — upserted by cart id: the current state of every changed cart.
 
-The state is written last. A retried batch recomputes only outputs not yet committed, reading
-the state as it is now; because the state commits last, every other output is committed by then
-and the retry computes nothing, so the state a transform reads is always the state before its
-batch. Carts continue across batches from their stored state, so any split of the log into
-microbatches folds every cart's commands in the same order: the result equals one batch.
+The state is committed last. A retry recomputes the outputs its batch has not committed yet,
+and reads the state table as it is at the retry; committing the state last means that once it
+holds the batch, nothing is left to recompute — so a transform always folds onto the state from
+before its batch (and refuses to run otherwise). Carts continue across batches from their stored
+state, and a cart's commands are all in one log partition, so any split of the log into
+microbatches folds each cart's commands in the same order: the result equals one batch.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pyspark.sql import functions as F
 from lakelog.carts import fold
 from lakelog.carts.tables import ORDER_EVENT, OUTBOX, REJECTION, STATE
 from lakelog.consumers import BatchInput, Consumer, Output
-from lakelog.errors import ConfigError
+from lakelog.errors import ConcurrentWriteError, ConfigError
 from lakelog.lake import AppTxn, already_committed
 from lakelog.merge import read_keys
 from lakelog.topics import EventTime, Retention, Topic
@@ -47,7 +48,8 @@ class CartAggregate:
     #: Log partitions of the orders topic the relay publishes to.
     order_partitions: int = 4
     order_retention: Retention = Retention()
-    rows_per_file: int = 250_000
+    #: Cart states per file, clustered by cart id so a batch reads only its carts' files.
+    rows_per_file: int | None = 250_000
     max_records_per_batch: int = 250_000
 
     def __post_init__(self) -> None:
@@ -98,12 +100,14 @@ class CartAggregate:
     def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
         stored = batch.outputs[self.state.path]
         if already_committed(stored, AppTxn(self.consumer.app_id, batch.batch)):
-            raise RuntimeError(
-                f"{self.consumer.name}: batch {batch.batch} is already in {self.state.path}; "
-                "its other outputs cannot be recomputed from the state after it"
+            # Only another run can have committed the state while outputs it read were pending.
+            raise ConcurrentWriteError(
+                f"consumer {self.consumer.name}: another run committed batch {batch.batch} "
+                "first; nothing was written"
             )
         commands = fold.commands(batch.records[self.topic])
         prior = read_keys(batch.lake, stored, commands, KEY)
+        # Computed once: four outputs are cut from it.
         folded = fold.fold(
             commands, prior, topic=self.topic, snapshot_every=self.snapshot_every
         ).localCheckpoint(eager=True)

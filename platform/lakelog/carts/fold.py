@@ -25,7 +25,6 @@ from pyspark.sql import types as T
 
 from lakelog.carts.tables import COMMAND, ITEM, MONEY, ORDER, REJECTION, STATE
 
-Status = Literal["open", "checked_out"]
 Reason = Literal[
     "unknown_action",
     "cart_checked_out",
@@ -97,37 +96,44 @@ def decide(state: Column, c: Column) -> Column:
     """
     action, product, quantity, price = c["action"], c["product_id"], c["quantity"], c["unit_price"]
     changes = action.isin("add", "remove")
-    units = held(state, product)
-    rules: list[tuple[Reason, Column, Column]] = [
-        ("unknown_action", ~F.coalesce(action.isin(*ACTIONS), F.lit(False)),
-         F.format_string("unknown action %s (expected add, remove or checkout)", action)),
-        ("cart_checked_out", state["status"] == "checked_out",
-         F.format_string("the cart was checked out at version %d", state["version"])),
-        ("foreign_cart", (state["version"] > 0) & ~state["user_id"].eqNullSafe(c["user_id"]),
-         F.format_string("the cart belongs to user %s", state["user_id"])),
-        ("missing_product", changes & product.isNull(),
-         F.format_string("%s needs a product_id", action)),
-        ("invalid_quantity", changes & (quantity.isNull() | (quantity < 1)),
-         F.format_string("quantity must be a positive integer, got %s", quantity)),
-        ("invalid_quantity", (action == "add") & (units + quantity > MAX_LINE_QUANTITY),
-         F.format_string("the cart would hold %d of %s, more than %d", units + quantity, product,
-                         F.lit(MAX_LINE_QUANTITY))),
-        ("invalid_price",
-         (action == "add") & (price.isNull() | (price < 0) | (price > MAX_UNIT_PRICE)),
-         F.format_string("unit_price must be an amount from 0 to %d, got %s",
-                         F.lit(MAX_UNIT_PRICE), price)),
-        ("item_not_in_cart", (action == "remove") & (units == 0),
-         F.format_string("%s is not in the cart", product)),
-        ("quantity_exceeds_cart", (action == "remove") & (quantity > units),
-         F.format_string("remove %d of %s: the cart holds %d", quantity, product, units)),
-        ("empty_cart", (action == "checkout") & (F.size(state["items"]) == 0),
-         F.lit("checkout of an empty cart")),
-    ]
-    reason, detail = F.lit(None).cast("string"), F.lit(None).cast("string")
-    for name, applies, message in reversed(rules):
-        reason = F.when(applies, F.lit(name)).otherwise(reason)
-        detail = F.when(applies, message).otherwise(detail)
-    return F.struct(reason.alias("reason"), detail.alias("detail"))
+
+    def given(units: Column) -> Column:
+        after_add = units + quantity
+        rules: list[tuple[Reason, Column, Column]] = [
+            ("unknown_action", ~F.coalesce(action.isin(*ACTIONS), F.lit(False)),
+             F.format_string("unknown action %s (expected add, remove or checkout)", action)),
+            ("cart_checked_out", state["status"] == "checked_out",
+             F.format_string("the cart was checked out at version %d", state["version"])),
+            ("foreign_cart", (state["version"] > 0) & ~state["user_id"].eqNullSafe(c["user_id"]),
+             F.format_string("the cart belongs to user %s", state["user_id"])),
+            ("missing_product", changes & product.isNull(),
+             F.format_string("%s needs a product_id", action)),
+            ("invalid_quantity", changes & (quantity.isNull() | (quantity < 1)),
+             F.format_string("quantity must be a positive integer, got %s", quantity)),
+            ("invalid_quantity", (action == "add") & (after_add > MAX_LINE_QUANTITY),
+             F.format_string("the cart would hold %d of %s, more than %d", after_add, product,
+                             F.lit(MAX_LINE_QUANTITY))),
+            ("invalid_price",
+             (action == "add") & (price.isNull() | (price < 0) | (price > MAX_UNIT_PRICE)),
+             F.format_string("unit_price must be an amount from 0 to %d, got %s",
+                             F.lit(MAX_UNIT_PRICE), price)),
+            ("item_not_in_cart", (action == "remove") & (units == 0),
+             F.format_string("%s is not in the cart", product)),
+            ("quantity_exceeds_cart", (action == "remove") & (quantity > units),
+             F.format_string("remove %d of %s: the cart holds %d", quantity, product, units)),
+            ("empty_cart", (action == "checkout") & (F.size(state["items"]) == 0),
+             F.lit("checkout of an empty cart")),
+        ]
+        decision = F.struct(
+            F.lit(None).cast("string").alias("reason"), F.lit(None).cast("string").alias("detail")
+        )
+        for name, applies, message in reversed(rules):
+            rejected = F.struct(F.lit(name).alias("reason"), message.alias("detail"))
+            decision = F.when(applies, rejected).otherwise(decision)
+        return decision
+
+    # As a long, so that a huge quantity is rejected instead of overflowing the int.
+    return _let(held(state, product).cast("long"), given)
 
 
 def _item(product_id: Column, quantity: Column, unit_price: Column) -> Column:
@@ -249,7 +255,9 @@ def step(acc: Column, c: Column, *, topic: str, snapshot_every: int) -> Column:
                 .otherwise(acc["snapshots"])
                 .alias("snapshots"),
                 F.when(accepted, acc["rejections"])
-                .otherwise(F.array_append(acc["rejections"], _rejection(before, c, decision, topic)))
+                .otherwise(
+                    F.array_append(acc["rejections"], _rejection(before, c, decision, topic))
+                )
                 .alias("rejections"),
                 F.when(checkout, F.array_append(acc["orders"], _order(after, c)))
                 .otherwise(acc["orders"])
@@ -275,6 +283,26 @@ def commands(records: DataFrame) -> DataFrame:
     return records.select("cart_id", F.struct(*fields).alias("command"))
 
 
+def per_cart(commands: DataFrame) -> DataFrame:
+    """``(cart_id, commands)``: each cart's commands as an array in (partition, offset) order."""
+    return commands.groupBy("cart_id").agg(
+        F.array_sort(F.collect_list("command")).alias("commands")
+    )
+
+
+def fold_commands(start: Column, commands: Column, *, topic: str, snapshot_every: int) -> Column:
+    """The accumulator (`ACCUMULATOR`) after folding the array `commands` onto state `start`."""
+    zero = F.struct(
+        start.alias("state"),
+        F.array().alias("snapshots"),
+        F.array().alias("rejections"),
+        F.array().alias("orders"),
+    ).cast(ACCUMULATOR)
+    return F.aggregate(
+        commands, zero, lambda acc, c: step(acc, c, topic=topic, snapshot_every=snapshot_every)
+    )
+
+
 def fold(
     commands: DataFrame, prior: DataFrame, *, topic: str, snapshot_every: int
 ) -> DataFrame:
@@ -282,22 +310,13 @@ def fold(
 
     `prior` holds stored states (`STATE` rows) of some carts; a cart without one starts empty.
     """
-    per_cart = commands.groupBy("cart_id").agg(
-        F.array_sort(F.collect_list("command")).alias("commands")  # by (partition, offset)
-    )
     stored = prior.select("cart_id", F.struct(*STATE.fieldNames()).cast(STATE).alias("prior"))
     start = F.coalesce(F.col("prior"), empty_state(F.col("cart_id")))
-    zero = F.struct(
-        start.alias("state"),
-        F.array().alias("snapshots"),
-        F.array().alias("rejections"),
-        F.array().alias("orders"),
-    ).cast(ACCUMULATOR)
-    return per_cart.join(stored, "cart_id", "left").select(
+    return per_cart(commands).join(stored, "cart_id", "left").select(
         "cart_id",
         F.coalesce(F.col("prior.version"), F.lit(0).cast("long")).alias("prior_version"),
-        F.aggregate(
-            "commands", zero, lambda acc, c: step(acc, c, topic=topic, snapshot_every=snapshot_every)
+        fold_commands(
+            start, F.col("commands"), topic=topic, snapshot_every=snapshot_every
         ).alias("result"),
     )
 
@@ -307,11 +326,6 @@ def states(folded: DataFrame) -> DataFrame:
     return folded.where(F.col("result.state.version") > F.col("prior_version")).select(
         "result.state.*"
     )
-
-
-def carts(folded: DataFrame) -> DataFrame:
-    """Every cart with at least one accepted event, changed or not, as `STATE` rows."""
-    return folded.where(F.col("result.state.version") > 0).select("result.state.*")
 
 
 def snapshots(folded: DataFrame) -> DataFrame:

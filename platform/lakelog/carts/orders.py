@@ -1,9 +1,9 @@
 """Publishing checkouts' orders to a topic exactly once: a transactional outbox and its relay.
 
-Why an outbox rather than appending to the topic from inside the microbatch: a consumer's
-transform may run several times for one batch (retries, a run racing a resumed one) and must
-stay a pure function of its input, while the order of a checkout must reach the topic once.
-So the two steps each get the guarantee they need:
+Why not append to the topic from inside the microbatch: a consumer's transform may run several
+times for one batch (retries, a run racing a resumed one) and should stay a pure function of its
+input. Why not stop at the table: downstream consumers read topics (offsets, lag, sensors), not
+tables. So each of the two steps gets the guarantee it needs:
 
 1. **decide** — the cart consumer writes each batch's orders to ``streams/<name>_orders`` with
    the batch number, in the same exactly-once microbatch as the cart state (application
@@ -13,8 +13,10 @@ So the two steps each get the guarantee they need:
    orders topic in one commit that also records the cursor, as the application transaction
    ``(lakelog.outbox:<consumer>, last batch)`` of the topic table. Data and cursor commit
    together: a crash before the commit published nothing, one after it advanced the cursor, so
-   the next relay starts after it. Two relays at once conflict on the log's append guard; the
-   loser re-reads the cursor and publishes only what is still missing, or nothing.
+   the next relay starts after it. Batches reach the outbox in order (a batch starts only once
+   the one before committed), so nothing at or below the cursor can appear later. Two relays at
+   once conflict on the log's append guard; the loser re-reads the cursor and publishes only
+   what is still missing, or nothing.
 
 Downstream consumers read the orders topic like any other: offsets, lag, exactly-once batches.
 """
@@ -86,7 +88,7 @@ def publish_orders(lake: Lake, aggregate: CartAggregate, *, now: datetime) -> Pu
     last = max((int(f.max_values["batch"]) for f in outbox.files()), default=-1)
     if last <= published_through(lake, aggregate):
         return PublishResult(0)
-    topic: Topic = aggregate.orders_topic
+    topic = aggregate.orders_topic
     app = relay_app_id(aggregate)
     source = aggregate.consumer.name
 
@@ -121,5 +123,7 @@ def consume_and_publish(
     The relay also publishes what an earlier run decided but did not publish (it crashed between
     the two steps), so calling this again after any crash completes the work.
     """
-    results = run_until_caught_up(lake, aggregate.consumer, topics, now=now, max_batches=max_batches)
+    results = run_until_caught_up(
+        lake, aggregate.consumer, topics, now=now, max_batches=max_batches
+    )
     return results, publish_orders(lake, aggregate, now=now())

@@ -21,12 +21,13 @@ from typing import Any, Literal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from lakelog import checkpoints
 from lakelog.carts import fold
 from lakelog.carts.aggregate import CartAggregate
-from lakelog.carts.tables import STATE
+from lakelog.carts.tables import COMMAND, STATE
 from lakelog.errors import ConsumerBusyError
 from lakelog.lake import Lake
 from lakelog.log import partition_states, read_offsets, topic_snapshot
@@ -80,16 +81,6 @@ def _commands(lake: Lake, topic: Topic, upto: Mapping[int, int]) -> DataFrame:
     return fold.commands(read_offsets(lake, topic_snapshot(lake, topic), ranges))
 
 
-def replay_full(
-    lake: Lake, aggregate: CartAggregate, topic: Topic, *, upto: Mapping[int, int]
-) -> DataFrame:
-    """Every cart folded from the start of the log up to `upto` (per log partition, exclusive)."""
-    commands = _commands(lake, topic, upto)
-    nothing = commands.sparkSession.createDataFrame([], STATE)
-    folded = fold.fold(commands, nothing, topic=topic.name, snapshot_every=aggregate.snapshot_every)
-    return fold.carts(folded)
-
-
 def latest_snapshots(
     lake: Lake, aggregate: CartAggregate, *, upto: Mapping[int, int]
 ) -> DataFrame:
@@ -102,35 +93,67 @@ def latest_snapshots(
     return taken.withColumn("_n", F.row_number().over(latest)).where("_n = 1").drop("_n")
 
 
+def rebuilds(
+    lake: Lake, aggregate: CartAggregate, topic: Topic, *, upto: Mapping[int, int]
+) -> DataFrame:
+    """Per cart, both rebuilds up to `upto` (per log partition, exclusive), from one read.
+
+    Columns: ``cart_id``; ``full_replay``, the cart folded from its first command;
+    ``snapshot_replay``, its latest snapshot with the commands after it folded on (from its
+    first command if it has no snapshot); ``snapshot_offset``, the last offset that snapshot
+    covers. A rebuild in which the cart has no accepted event is null.
+    """
+    commands = fold.per_cart(_commands(lake, topic, upto))
+    snapshots = latest_snapshots(lake, aggregate, upto=upto).select(
+        "cart_id", F.struct(*STATE.fieldNames()).cast(STATE).alias("snapshot")
+    )
+    every = F.coalesce(F.col("commands"), F.array().cast(T.ArrayType(COMMAND)))
+    mark = F.col("snapshot")
+
+    def after_snapshot(c: Column) -> Column:
+        p, o = c["partition"], c["offset"]
+        return mark.isNull() | (p > mark["partition"]) | (
+            (p == mark["partition"]) & (o > mark["last_offset"])
+        )
+
+    def rebuilt(start: Column, commands: Column) -> Column:
+        state = fold.fold_commands(
+            start, commands, topic=topic.name, snapshot_every=aggregate.snapshot_every
+        )["state"]
+        return F.when(state["version"] > 0, state)
+
+    empty = fold.empty_state(F.col("cart_id"))
+    return commands.join(snapshots, "cart_id", "full_outer").select(
+        "cart_id",
+        rebuilt(empty, every).alias("full_replay"),
+        rebuilt(F.coalesce(mark, empty), F.filter(every, after_snapshot)).alias("snapshot_replay"),
+        mark["last_offset"].alias("snapshot_offset"),
+    )
+
+
+def replay_full(
+    lake: Lake, aggregate: CartAggregate, topic: Topic, *, upto: Mapping[int, int]
+) -> DataFrame:
+    """Every cart folded from the start of the log up to `upto`, as `STATE` rows."""
+    rebuilt = rebuilds(lake, aggregate, topic, upto=upto)
+    return rebuilt.where(F.col("full_replay").isNotNull()).select("full_replay.*")
+
+
 def replay_from_snapshots(
     lake: Lake, aggregate: CartAggregate, topic: Topic, *, upto: Mapping[int, int]
 ) -> DataFrame:
-    """Every cart rebuilt from its latest snapshot and the commands after it, up to `upto`.
-
-    A cart without a snapshot is folded from its first command.
-    """
-    snapshots = latest_snapshots(lake, aggregate, upto=upto)
-    marks = snapshots.select(
-        "cart_id", F.col("partition").alias("_at_p"), F.col("last_offset").alias("_at_o")
-    )
-    p, o = F.col("command.partition"), F.col("command.offset")
-    after = F.col("_at_p").isNull() | (p > F.col("_at_p")) | ((p == F.col("_at_p")) & (o > F.col("_at_o")))
-    tail = _commands(lake, topic, upto).join(marks, "cart_id", "left").where(after)
-    tail = tail.select("cart_id", "command")
-    folded = fold.fold(tail, snapshots, topic=topic.name, snapshot_every=aggregate.snapshot_every)
-    untouched = snapshots.join(tail.select("cart_id"), "cart_id", "left_anti")
-    return fold.carts(folded).unionByName(untouched)
+    """Every cart rebuilt from its latest snapshot and the commands after it, up to `upto`."""
+    rebuilt = rebuilds(lake, aggregate, topic, upto=upto)
+    return rebuilt.where(F.col("snapshot_replay").isNotNull()).select("snapshot_replay.*")
 
 
-def _mismatches(rebuilt: DataFrame, live: DataFrame, skip: DataFrame, rebuild: Rebuild) -> DataFrame:
-    columns = STATE.fieldNames()
-    expected = rebuilt.select("cart_id", F.struct(*columns).alias("expected"))
-    found = live.select("cart_id", F.struct(*columns).alias("found"))
-    return (
-        expected.join(found, "cart_id", "full_outer")
-        .join(skip, "cart_id", "left_anti")
-        .where(~F.col("expected").eqNullSafe(F.col("found")))
-        .select(F.lit(rebuild).alias("rebuild"), "cart_id", "expected", "found")
+def _difference(row: Any, rebuild: Rebuild) -> Difference:
+    expected, found = row[rebuild], row["live"]
+    return Difference(
+        cart_id=row["cart_id"],
+        rebuild=rebuild,
+        expected=expected.asDict(recursive=True) if expected else None,
+        found=found.asDict(recursive=True) if found else None,
     )
 
 
@@ -143,10 +166,12 @@ def verify(
     state and the committed offsets may not match, and it raises `ConsumerBusyError`.
     """
     consumer = aggregate.consumer
+    nothing = dict.fromkeys(REBUILDS, 0)
     if not lake.exists(aggregate.state.path):
-        return ReplayCheck(-1, {}, 0, 0, dict.fromkeys(REBUILDS, 0), dict.fromkeys(REBUILDS, 0))
+        return ReplayCheck(-1, {}, 0, 0, nothing, nothing)
     state = lake.snapshot(aggregate.state.path)
-    batch = state.txn_version(consumer.app_id)
+    committed = state.txn_version(consumer.app_id)
+    batch = -1 if committed is None else committed
     checkpoint = checkpoints.load(lake, consumer.name)
     if checkpoint.plan is not None or batch != checkpoint.batch:
         raise ConsumerBusyError(
@@ -154,46 +179,47 @@ def verify(
             f"batch {checkpoint.batch}); verify the replay after the batch commits"
         )
     upto = {p: o for (t, p), o in checkpoint.committed.items() if t == topic.name}
-    starts = log_starts(lake, topic)
-    live = lake.read(state)
-    snapshots = latest_snapshots(lake, aggregate, upto=upto)
-    start = _by_partition(F.col("partition"), starts, default=0)
-    lost = {
-        "full_replay": live.where(F.col("opened_offset") < start).select("cart_id"),
-        "snapshot_replay": live.join(
-            snapshots.select("cart_id", F.col("last_offset").alias("_snap")), "cart_id", "left"
-        )
-        .where(F.coalesce(F.col("_snap") + 1, F.col("opened_offset")) < start)
-        .select("cart_id"),
+    live = lake.read(state).select("cart_id", F.struct(*STATE.fieldNames()).alias("live"))
+    joined = live.join(rebuilds(lake, aggregate, topic, upto=upto), "cart_id", "full_outer")
+    # A cart is checked only if the log still holds what the rebuild needs (see module doc).
+    start = _by_partition(F.col("live.partition"), log_starts(lake, topic), default=0)
+    need = {
+        "full_replay": F.col("live.opened_offset"),
+        "snapshot_replay": F.coalesce(
+            F.col("snapshot_offset") + 1, F.col("live.opened_offset")
+        ),
     }
-    rebuilt = {
-        "full_replay": replay_full(lake, aggregate, topic, upto=upto),
-        "snapshot_replay": replay_from_snapshots(lake, aggregate, topic, upto=upto),
-    }
-    found = reduce(
-        DataFrame.unionByName,
-        [_mismatches(rebuilt[r], live, lost[r], r) for r in REBUILDS],
+    lost = {r: F.coalesce(need[r] < start, F.lit(False)) for r in REBUILDS}
+    differs = {r: ~F.col(r).eqNullSafe(F.col("live")) & ~lost[r] for r in REBUILDS}
+    checked = joined.select(
+        "cart_id", "live", *REBUILDS, "snapshot_offset",
+        *[lost[r].alias(f"_lost_{r}") for r in REBUILDS],
+        *[differs[r].alias(f"_differs_{r}") for r in REBUILDS],
     ).persist()
     try:
-        counts = {r["rebuild"]: r["n"] for r in found.groupBy("rebuild").agg(F.count("*").alias("n")).collect()}
-        sample = found.orderBy("cart_id", "rebuild").limit(limit).collect()
+        counts = checked.agg(
+            F.count("live").alias("carts"),
+            F.count("snapshot_offset").alias("from_snapshots"),
+            *[F.count(F.when(F.col(f"_{k}_{r}"), 1)).alias(f"{k}_{r}")
+              for k in ("lost", "differs") for r in REBUILDS],
+        ).first()
+        sample = (
+            checked.where(F.col("_differs_full_replay") | F.col("_differs_snapshot_replay"))
+            .orderBy("cart_id")
+            .limit(limit)
+            .collect()
+        )
     finally:
-        found.unpersist()
-    retained = all(s == 0 for s in starts.values())
+        checked.unpersist()
+    differences = [
+        _difference(row, r) for row in sample for r in REBUILDS if row[f"_differs_{r}"]
+    ]
     return ReplayCheck(
         batch=batch,
         offsets=upto,
-        carts=sum(f.num_records for f in state.files()),
-        from_snapshots=snapshots.count(),
-        unverifiable={r: 0 if retained else lost[r].count() for r in REBUILDS},
-        mismatches={r: counts.get(r, 0) for r in REBUILDS},
-        differences=tuple(
-            Difference(
-                cart_id=row["cart_id"],
-                rebuild=row["rebuild"],
-                expected=row["expected"].asDict(recursive=True) if row["expected"] else None,
-                found=row["found"].asDict(recursive=True) if row["found"] else None,
-            )
-            for row in sample
-        ),
+        carts=counts["carts"],
+        from_snapshots=counts["from_snapshots"],
+        unverifiable={r: counts[f"lost_{r}"] for r in REBUILDS},
+        mismatches={r: counts[f"differs_{r}"] for r in REBUILDS},
+        differences=tuple(differences[:limit]),
     )

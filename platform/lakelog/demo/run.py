@@ -23,7 +23,8 @@ from lakelog.consumers import Consumer
 from lakelog.lake import Lake
 from lakelog.log import partition_states
 from lakelog.topics import Topic
-from lakelog.demo import shop_cdc
+from lakelog.carts import publish_orders
+from lakelog.demo import shop, shop_cdc
 from lakelog.demo.workload import Workload
 
 
@@ -97,6 +98,9 @@ def run_demo(
             done = consumers.run_until_caught_up(lake, consumer, topics, now=now)
             summary.microbatches += len(done)
             progress(f"  {consumer.name}: {len(done)} microbatches, {sum(r.records for r in done)} records")
+        if any(c.name == shop.CARTS.consumer.name for c in consumer_list):
+            published = publish_orders(lake, shop.CARTS, now=now())
+            progress(f"  {published.orders} checkout orders published to cart_orders")
         if src is not None:
             synced = shop_cdc.sync(lake, spark, src, now=now())
             summary.source_changes += synced.changes

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakelog.carts import CartAggregate
 from lakelog.consumers import BatchInput, Consumer, Output
 from lakelog.topics import EventTime, Retention, Topic
 
@@ -192,4 +193,8 @@ PRODUCT_STATS_CONSUMER = Consumer(
     transform=product_stats_transform,
 )
 
-CONSUMERS: dict[str, Consumer] = {c.name: c for c in (PRODUCT_STATS_CONSUMER,)}
+#: The shopping cart as an event-sourced aggregate of the cart_events commands; its checkouts
+#: become orders, published to the topic ``cart_orders`` by `lakelog.carts.publish_orders`.
+CARTS = CartAggregate()
+
+CONSUMERS: dict[str, Consumer] = {c.name: c for c in (PRODUCT_STATS_CONSUMER, CARTS.consumer)}
