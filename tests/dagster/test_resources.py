@@ -52,6 +52,7 @@ def test_spark_session_always_gets_the_required_settings(spark):
 @pytest.mark.parametrize("environment", ["local", "spark_connect"])
 def test_environments_share_one_spark_resource(environment):
     resources = build_resources(environment)
-    assert set(resources) == {"spark", "lake"}
+    assert set(resources) == {"spark", "lake", "source"}
     assert resources["lake"].spark is resources["spark"]
+    assert resources["source"].dsn is None  # $LAKELOG_SOURCE_DSN is read when a source opens
     assert (resources["spark"].remote is None) == (environment == "local")
