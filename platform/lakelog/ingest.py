@@ -155,8 +155,17 @@ def _append_lines(
     parsed = parse_lines(lines.crossJoin(F.broadcast(stamp)), topic)
     # The raw line is kept (cached) only for dead letters; good records are typed already.
     parsed = parsed.withColumn("value", F.when(F.col("error").isNotNull(), F.col("value")))
-    parsed = parsed.persist()
-    cached = [parsed]
+    # Cached flat: Spark's in-memory cache builds primitive columns far cheaper than a struct.
+    fields = parsed.schema["_typed"].dataType.fieldNames()
+    flat = parsed.select(
+        *[c for c in parsed.columns if c != "_typed"],
+        *[F.col("_typed")[f].alias(f"_typed.{f}") for f in fields],
+    ).persist()
+    cached = [flat]
+    parsed = flat.select(
+        *[F.col(c) for c in parsed.columns if c != "_typed"],
+        F.struct(*[F.col(f"`_typed.{f}`").alias(f) for f in fields]).alias("_typed"),
+    )
     try:
         good_time = F.when(F.col("error").isNull(), event_time(topic))
         (stats,) = parsed.agg(
