@@ -20,7 +20,9 @@ without ``before``, no position) are dead letters, like any malformed record.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import reduce
 
@@ -28,6 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakelog.consumers import BatchInput, Consumer, Output
 from lakelog.errors import ConfigError
 from lakelog.topics import Compaction, Derived, EventTime, Retention, Rule, Topic
 
@@ -168,3 +171,50 @@ def change_rows(changes: DataFrame, row: T.StructType, key: Sequence[str]) -> Da
         deleted.alias("_deleted"),
         F.col("commit_time").alias("_commit_time"),
     )
+
+
+@dataclass(frozen=True)
+class ChangelogTable(ABC):
+    """A table one consumer derives from one changelog topic (compacted or history table).
+
+    Subclasses give `KIND` (the consumer's name prefix), `LABEL` (in messages), `path`,
+    `output` and `transform`.
+    """
+
+    KIND = "table"
+    LABEL = "changelog table"
+
+    name: str
+    topic: Topic  # a changelog topic (`changelog_topic`)
+    row: T.StructType
+    key: tuple[str, ...]
+    rows_per_file: int = 250_000
+    max_records_per_batch: int = 250_000
+
+    def __post_init__(self) -> None:
+        if not self.key or any(k not in self.row.fieldNames() for k in self.key):
+            raise ConfigError(
+                f"{self.LABEL} {self.name}: key {list(self.key)} not in the row"
+            )
+
+    @property
+    @abstractmethod
+    def path(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def output(self) -> Output: ...
+
+    @abstractmethod
+    def transform(self, batch: BatchInput) -> dict[str, DataFrame]: ...
+
+    @property
+    def consumer(self) -> Consumer:
+        """The consumer that maintains this table alone."""
+        return Consumer(
+            name=f"{self.KIND}.{self.name}",
+            topics=(self.topic.name,),
+            outputs=(self.output,),
+            transform=self.transform,
+            max_records_per_batch=self.max_records_per_batch,
+        )

@@ -19,26 +19,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from lakelog.changelog import META, change_rows
-from lakelog.consumers import BatchInput, Consumer, Output
-from lakelog.errors import ConfigError
+from lakelog.changelog import META, ChangelogTable, change_rows
+from lakelog.consumers import BatchInput, Output
 from lakelog.lake import Lake
 from lakelog.merge import clustered
-from lakelog.topics import Topic
 
 @dataclass(frozen=True)
-class CompactedTable:
-    name: str
-    topic: Topic  # a changelog topic (`lakelog.changelog.changelog_topic`)
-    row: T.StructType
-    key: tuple[str, ...]
-    tombstone_retention: timedelta = timedelta(days=1)
-    rows_per_file: int = 250_000
-    max_records_per_batch: int = 250_000
+class CompactedTable(ChangelogTable):
+    KIND = "compact"
+    LABEL = "compacted table"
 
-    def __post_init__(self) -> None:
-        if not self.key or any(k not in self.row.fieldNames() for k in self.key):
-            raise ConfigError(f"compacted table {self.name}: key {list(self.key)} not in the row")
+    tombstone_retention: timedelta = timedelta(days=1)
 
     @property
     def path(self) -> str:
@@ -49,16 +40,6 @@ class CompactedTable:
         schema = T.StructType([*self.row.fields, *META])
         return Output(self.path, schema, keys=self.key, newer_by="_position",
                       rows_per_file=self.rows_per_file)
-
-    @property
-    def consumer(self) -> Consumer:
-        return Consumer(
-            name=f"compact.{self.name}",
-            topics=(self.topic.name,),
-            outputs=(self.output,),
-            transform=self.transform,
-            max_records_per_batch=self.max_records_per_batch,
-        )
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
         return {self.path: latest_rows(batch.records[self.topic.name], self.row, self.key)}

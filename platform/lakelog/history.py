@@ -20,11 +20,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
-from lakelog.changelog import META, change_rows
-from lakelog.consumers import BatchInput, Consumer, Output
-from lakelog.errors import ConfigError
+from lakelog.changelog import META, ChangelogTable, change_rows
+from lakelog.consumers import BatchInput, Output
 from lakelog.merge import read_keys
-from lakelog.topics import Topic
 
 VALIDITY = (
     T.StructField("valid_from", T.TimestampType()),
@@ -34,17 +32,9 @@ VALIDITY = (
 
 
 @dataclass(frozen=True)
-class HistoryTable:
-    name: str
-    topic: Topic  # a changelog topic (`lakelog.changelog.changelog_topic`)
-    row: T.StructType
-    key: tuple[str, ...]
-    rows_per_file: int = 250_000
-    max_records_per_batch: int = 250_000
-
-    def __post_init__(self) -> None:
-        if not self.key or any(k not in self.row.fieldNames() for k in self.key):
-            raise ConfigError(f"history table {self.name}: key {list(self.key)} not in the row")
+class HistoryTable(ChangelogTable):
+    KIND = "history"
+    LABEL = "history table"
 
     @property
     def path(self) -> str:
@@ -54,16 +44,6 @@ class HistoryTable:
     def output(self) -> Output:
         schema = T.StructType([*self.row.fields, *VALIDITY, *META])
         return Output(self.path, schema, keys=self.key, rows_per_file=self.rows_per_file)
-
-    @property
-    def consumer(self) -> Consumer:
-        return Consumer(
-            name=f"history.{self.name}",
-            topics=(self.topic.name,),
-            outputs=(self.output,),
-            transform=self.transform,
-            max_records_per_batch=self.max_records_per_batch,
-        )
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
         new = change_rows(batch.records[self.topic.name], self.row, self.key)
