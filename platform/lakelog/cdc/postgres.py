@@ -35,8 +35,8 @@ from lakelog.cdc import pgoutput
 from lakelog.cdc.envelope import Connector, Origin, epoch_ms, event
 from lakelog.cdc.errors import CaptureBusyError, CaptureError, SourceUnavailableError
 from lakelog.cdc.pgdecode import Decoder
-from lakelog.cdc.source import ChangeBatch, Snapshot, check_server_name, mark_last
-from lakelog.cdc.tables import NAME, SourceTable, table_map
+from lakelog.cdc.source import ChangeBatch, DeclaredSource, Snapshot, mark_last
+from lakelog.cdc.tables import NAME, SourceTable
 from lakelog.cdc.values import row_to_json
 from lakelog.errors import ConfigError
 
@@ -48,7 +48,7 @@ _PEEK = (
 )
 
 
-class PostgresSource:
+class PostgresSource(DeclaredSource):
     """`tables` of schema `schema` in the database of `dsn`, captured through `slot`."""
 
     connector: Connector = "postgresql"
@@ -76,21 +76,12 @@ class PostgresSource:
         except psycopg.ProgrammingError as e:
             raise ConfigError(f"invalid PostgreSQL DSN: {_line(e)}") from e
         self.dsn, self.slot, self.publication, self.schema = dsn, slot, publication, schema
-        self._tables = table_map(tables)
-        self._server_name = check_server_name(server_name)
+        super().__init__(tables, server_name)
         self.connect_timeout = connect_timeout
         host, port = info.get("host", "localhost"), info.get("port", 5432)
         self.where = f"{host}:{port}/{info.get('dbname', '')}"  # no password in messages
         self._origin: Origin | None = None
         self._decoder = Decoder(self._tables, schema, self.where)
-
-    @property
-    def server_name(self) -> str:
-        return self._server_name
-
-    @property
-    def tables(self) -> tuple[SourceTable, ...]:
-        return tuple(self._tables.values())
 
     def label(self, position: int) -> str:
         return f"{position:016X}"

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from lakelog.cdc.envelope import Connector
-from lakelog.cdc.tables import SourceTable
+from lakelog.cdc.tables import SourceTable, table_map
 from lakelog.errors import ConfigError
 
 #: Server names appear in file names and in every event's ``source.name``.
@@ -80,6 +80,22 @@ class Source(Protocol):
     def advance(self, upto: int) -> None:
         """The changes up to `upto` are landed: the source may forget them."""
         ...
+
+
+class DeclaredSource:
+    """What every source keeps from its declaration: the server name and the captured tables."""
+
+    def __init__(self, tables: tuple[SourceTable, ...] | list[SourceTable], server_name: str):
+        self._tables = table_map(tables)
+        self._server_name = check_server_name(server_name)
+
+    @property
+    def server_name(self) -> str:
+        return self._server_name
+
+    @property
+    def tables(self) -> tuple[SourceTable, ...]:
+        return tuple(self._tables.values())
 
 
 def check_server_name(name: str) -> str:

@@ -24,8 +24,8 @@ from typing import Any
 
 from lakelog.cdc.envelope import Connector, Origin, epoch_ms, event, row_changes
 from lakelog.cdc.errors import CaptureError, SourceUnavailableError
-from lakelog.cdc.source import ChangeBatch, Snapshot, check_server_name, mark_last
-from lakelog.cdc.tables import SourceTable, table_map
+from lakelog.cdc.source import ChangeBatch, DeclaredSource, Snapshot, mark_last
+from lakelog.cdc.tables import SourceTable
 from lakelog.cdc.values import row_to_json
 from lakelog.errors import ConfigError
 
@@ -35,7 +35,7 @@ _NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
 _OPS = {"insert": "c", "update": "u", "delete": "d"}
 
 
-class SqliteSource:
+class SqliteSource(DeclaredSource):
     """A SQLite database file whose `tables` are captured; `server_name` names it in events."""
 
     connector: Connector = "sqlite"
@@ -49,18 +49,9 @@ class SqliteSource:
         timeout: float = 30.0,
     ) -> None:
         self.path = os.fspath(path)
-        self._tables = table_map(tables)
-        self._server_name = check_server_name(server_name)
+        super().__init__(tables, server_name)
         self.timeout = timeout
         self.origin = Origin("sqlite", server_name, Path(self.path).stem, "main")
-
-    @property
-    def server_name(self) -> str:
-        return self._server_name
-
-    @property
-    def tables(self) -> tuple[SourceTable, ...]:
-        return tuple(self._tables.values())
 
     def label(self, position: int) -> str:
         return f"{position:016d}"
