@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
@@ -59,18 +59,37 @@ class BatchInput:
 
     `current` reads the very snapshot the output will be committed against, so a run that raced
     another run of the same batch cannot commit state computed from a stale read.
+    `state` is the consumer's state as committed with the previous batch, `next_state` what the
+    consumer's `advance` made of it for this batch (committed with it), and `now` the time the
+    batch was planned: a retry sees the same time, so time-driven state (an idle watermark)
+    comes out the same.
     """
 
     lake: Lake
     batch: int
     records: Mapping[str, DataFrame]
     outputs: Mapping[str, Snapshot]
+    now: datetime | None = None
+    state: Mapping[str, Any] = field(default_factory=dict)
+    next_state: Mapping[str, Any] = field(default_factory=dict)
 
     def current(self, output: Output) -> DataFrame:
         return self.lake.read(self.outputs[output.path])
 
 
-Transform = Callable[[BatchInput], Mapping[str, DataFrame]]
+@dataclass(frozen=True)
+class Changes:
+    """A keyed output's rows to upsert and the keys to delete, in one commit."""
+
+    rows: DataFrame
+    deletes: DataFrame | None = None
+
+
+Transform = Callable[[BatchInput], Mapping[str, DataFrame | Changes]]
+#: The consumer state to commit with a batch, from the batch's records and the previous state.
+Advance = Callable[[BatchInput], Mapping[str, Any]]
+#: Whether a consumer with no new records should still run an (empty) batch at `now`.
+Tick = Callable[[Mapping[str, Any], datetime], bool]
 
 
 @dataclass(frozen=True)
@@ -81,6 +100,12 @@ class Consumer:
     transform: Transform
     max_records_per_batch: int = 250_000
     start: Literal["earliest", "latest"] = "earliest"
+    #: Keeps consumer state (e.g. a watermark) in the checkpoint, committed with each batch.
+    advance: Advance | None = None
+    #: Runs an empty batch when no records arrived, e.g. to advance an idle watermark.
+    idle_tick: Tick | None = None
+    #: Tables the transform reads besides its topics and outputs (e.g. a join's lookup table).
+    reads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -194,24 +219,36 @@ def run_batch(
             max_records=consumer.max_records_per_batch,
             start=consumer.start,
         )
-        if not plan.ranges:
+        tick = consumer.idle_tick is not None and consumer.idle_tick(checkpoint.state, now)
+        if not plan.ranges and not tick:
             return None
         checkpoint = checkpoints.save_plan(lake, checkpoint, plan, now=now)  # step 1
+    planned_at = checkpoint.updated_at or now
 
     txn = AppTxn(consumer.app_id, plan.batch)
     for output in consumer.outputs:
         lake.create_table(output.path, output.schema, partition_by=output.partition_by)
     snapshots = {o.path: lake.snapshot(o.path) for o in consumer.outputs}
     pending = [o for o in consumer.outputs if not already_committed(snapshots[o.path], txn)]
-    if pending:
+    state = checkpoint.state
+    if pending or consumer.advance:
         records = {}
         for name in consumer.topics:  # step 2
             ranges = {p: r for (t, p), r in plan.ranges.items() if t == name}
             records[name] = read_offsets(lake, topic_snapshot(lake, topic_map[name]), ranges)
-        produced = consumer.transform(BatchInput(lake, plan.batch, records, snapshots))
-        for output in pending:  # step 3
-            _write_output(lake, snapshots[output.path], output, produced[output.path], txn, plan)
-    checkpoints.save_commit(lake, checkpoint, plan, now=now)  # step 4
+        batch = BatchInput(
+            lake, plan.batch, records, snapshots, now=planned_at, state=checkpoint.state
+        )
+        if consumer.advance:
+            state = consumer.advance(batch)
+            batch = replace(batch, next_state=state)
+        if pending:
+            produced = consumer.transform(batch)
+            for output in pending:  # step 3
+                _write_output(
+                    lake, snapshots[output.path], output, produced[output.path], txn, plan
+                )
+    checkpoints.save_commit(lake, checkpoint, plan, now=now, state=state)  # step 4
     return BatchResult(
         consumer=consumer.name,
         batch=plan.batch,
@@ -225,17 +262,26 @@ def run_batch(
 
 
 def _write_output(
-    lake: Lake, snapshot: Snapshot, output: Output, df: DataFrame, txn: AppTxn, plan: Plan
+    lake: Lake,
+    snapshot: Snapshot,
+    output: Output,
+    df: DataFrame | Changes,
+    txn: AppTxn,
+    plan: Plan,
 ) -> None:
     """Commit against `snapshot`: if another run committed this batch since, this one fails."""
     metadata = {"lakelog.batch": {"batch": plan.batch, "records": plan.records}}
+    changes = df if isinstance(df, Changes) else Changes(df)
     if output.keys:
         upsert(
-            lake, snapshot, df, keys=output.keys, newer_by=output.newer_by,
-            rows_per_file=output.rows_per_file, txns=[txn], metadata=metadata,
+            lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
+            rows_per_file=output.rows_per_file, deletes=changes.deletes, txns=[txn],
+            metadata=metadata,
         )
+    elif changes.deletes is not None:
+        raise ConfigError(f"output {output.path} has no keys, so nothing can be deleted from it")
     else:
-        lake.write(snapshot, df, txns=[txn], metadata=metadata)
+        lake.write(snapshot, changes.rows, txns=[txn], metadata=metadata)
 
 
 def run_until_caught_up(
@@ -252,6 +298,8 @@ def run_until_caught_up(
         if result is None:
             break
         results.append(result)
+        if result.records == 0:  # an idle tick: one per call is enough
+            break
     return results
 
 

@@ -50,6 +50,7 @@ def upsert(
     keys: Sequence[str],
     newer_by: str | None = None,
     rows_per_file: int | None = None,
+    deletes: DataFrame | None = None,
     txns: Sequence[AppTxn] = (),
     metadata: Mapping[str, Any] | None = None,
 ) -> int:
@@ -58,11 +59,18 @@ def upsert(
     With `newer_by`, an incoming row replaces a stored one only if its `newer_by` value is
     greater, so replayed or out-of-order input cannot move a key back in time.
     With `rows_per_file`, the rewritten files are clustered by key range.
+    `deletes` (the key columns) are keys to remove in the same commit, e.g. session windows that
+    a late event merged into one.
     """
     incoming = rows.select(*snapshot.schema.fieldNames()).persist()
     try:
-        candidates = candidate_files(snapshot, incoming, keys)
+        touched = incoming.select(*keys)
+        if deletes is not None:
+            touched = touched.unionByName(deletes.select(*keys))
+        candidates = candidate_files(snapshot, touched, keys)
         existing = lake.read(snapshot, files=candidates)
+        if deletes is not None:
+            existing = existing.join(deletes.select(*keys).distinct(), list(keys), "left_anti")
         winners = incoming
         if newer_by is not None:
             stored = existing.select(*keys, F.col(newer_by).alias("_stored"))

@@ -1,0 +1,85 @@
+"""Event-time watermarks, kept in a consumer's checkpoint state (DESIGN "Event time").
+
+The watermark is the greatest corrected event time seen minus the allowed lateness: the
+consumer's claim that no record older than it is still expected. It only moves forward.
+
+A quiet stream would otherwise never close its last windows. So when no record has arrived for
+`idle_timeout` of processing time, event time is taken to move on with the wall clock: the
+watermark becomes ``max_event_time + (now - last_arrival) - lateness`` (a sensor or schedule
+tick runs the consumer's empty batch that does this, at most once per `idle_timeout`). A record
+that arrives later for a window closed this way is late, like any other.
+
+State (JSON, in the checkpoint): ``max_event_us``, ``watermark_us``, ``arrival_us`` (processing
+time of the last batch with records) and ``tick_us`` (of the last idle advance), all epoch
+microseconds; a consumer that has seen no record has none of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from lakelog.errors import ConfigError
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_us(t: datetime | timedelta) -> int:
+    if isinstance(t, timedelta):
+        return t // timedelta(microseconds=1)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return (t - EPOCH) // timedelta(microseconds=1)
+
+
+def from_us(us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=us)
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """How far behind the greatest event time a consumer still accepts records on time."""
+
+    lateness: timedelta = timedelta(0)
+    idle_timeout: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.lateness < timedelta(0):
+            raise ConfigError("watermark: allowed lateness must be >= 0")
+        if self.idle_timeout is not None and self.idle_timeout <= timedelta(0):
+            raise ConfigError("watermark: idle_timeout must be > 0")
+
+    def advance(
+        self, state: Mapping[str, Any], max_event_time: datetime | None, now: datetime
+    ) -> dict[str, Any]:
+        """The state after a batch whose greatest event time is `max_event_time` (None: empty)."""
+        new = dict(state)
+        if max_event_time is not None:
+            top = max(to_us(max_event_time), state.get("max_event_us", to_us(max_event_time)))
+            new["max_event_us"] = top
+            new["arrival_us"] = to_us(now)
+            mark = top - to_us(self.lateness)
+        elif self.idle(state, now):
+            idle_for = to_us(now) - state["arrival_us"]
+            mark = state["max_event_us"] + idle_for - to_us(self.lateness)
+            new["tick_us"] = to_us(now)
+        else:
+            return new
+        new["watermark_us"] = max(mark, state.get("watermark_us", mark))
+        return new
+
+    def idle(self, state: Mapping[str, Any], now: datetime) -> bool:
+        """Whether an empty batch at `now` should advance the watermark of a quiet stream."""
+        if self.idle_timeout is None or "arrival_us" not in state:
+            return False
+        timeout, at = to_us(self.idle_timeout), to_us(now)
+        last = max(state["arrival_us"], state.get("tick_us", state["arrival_us"]))
+        return at - state["arrival_us"] >= timeout and at - last >= timeout
+
+
+def watermark_of(state: Mapping[str, Any]) -> datetime | None:
+    """The watermark in a consumer's state; None before the first record."""
+    us = state.get("watermark_us")
+    return None if us is None else from_us(us)
