@@ -1,0 +1,86 @@
+"""Tumbling and hopping windows: fixed, epoch-aligned windows that merge by key.
+
+An event at ``t`` falls into the windows starting at ``floor(t / hop) * hop - k * hop`` for
+``k < size / hop`` (one window when tumbling). A microbatch aggregates its events into partials
+per (window, group), merges them with the stored partials of exactly those windows, and upserts
+the result; windows the batch has no events for are not touched, except to mark them final.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from lakelog.windows.frames import (
+    END, START, T_US, aggregated, final_at, merged, partial_names,
+)
+from lakelog.windows.kinds import Fixed, Hopping, Tumbling
+from lakelog.windows.late import late_rows, window_closed
+
+if TYPE_CHECKING:
+    from lakelog.windows.spec import WindowedAggregate
+
+
+def assign(window: Fixed, events: DataFrame) -> DataFrame:
+    """One row per (event, window it falls into), with ``_start_us`` and ``_end_us``."""
+    t = F.col(T_US)
+    start = t - F.pmod(t, F.lit(window.hop_us))
+    if window.windows_per_event > 1:
+        k = F.explode(F.sequence(F.lit(0), F.lit(window.windows_per_event - 1)))
+        events = events.withColumn("_k", k)
+        start = start - F.col("_k").cast("long") * F.lit(window.hop_us)
+    return events.withColumn(START, start).withColumn(END, F.col(START) + F.lit(window.size_us))
+
+
+def step(
+    agg: WindowedAggregate,
+    stored: DataFrame,
+    events: DataFrame,
+    *,
+    watermark_before_us: int | None,
+    watermark_after_us: int | None,
+    batch: int,
+) -> tuple[DataFrame, DataFrame]:
+    """(changed windows in working form, late rows) for one batch of valid events.
+
+    Changed windows are those the events touch and the stored open ones the watermark passed
+    (made final, their revision unchanged). `stored` is the window table in working form (any
+    superset of the windows touched or due).
+    """
+    window = agg.window
+    assert isinstance(window, (Tumbling, Hopping))
+    groups = list(agg.group_names)
+    pairs = assign(window, events)
+    is_late = final_at(F.col(END), watermark_before_us)
+    late = pairs.where(is_late)
+    late_out = late_rows(
+        agg, late, reason=window_closed(watermark_before_us),
+        policy=agg.late, watermark_us=watermark_before_us, batch=batch,
+    )
+    applied = pairs if agg.late == "correct" else pairs.where(~is_late)
+    new = applied.groupBy(START, *groups).agg(*aggregated(agg)).select(
+        START, *groups, *partial_names(agg), F.lit(None).cast("int").alias("revision"),
+        F.lit(None).cast("boolean").alias("is_final"), F.lit(1).alias("_new"),
+    )
+    old = stored.select(
+        START, *groups, *partial_names(agg), "revision", "is_final", F.lit(0).alias("_new")
+    )
+    # One grouping merges the touched windows and finds the stored ones the watermark passed.
+    combined = new.unionByName(old).groupBy(START, *groups).agg(
+        *merged(agg), F.max("revision").alias("_rev"), F.max("is_final").alias("_final"),
+        F.max("_new").alias("_touched"),
+    )
+    end = F.col(START) + F.lit(window.size_us)
+    was_final = F.coalesce(F.col("_final"), F.lit(False))
+    now_final = final_at(end, watermark_after_us)
+    touched = F.col("_touched") == 1
+    rows = combined.where(touched | (~was_final & now_final)).select(
+        *groups, START, end.alias(END), *partial_names(agg),
+        F.when(touched, F.coalesce(F.col("_rev") + 1, F.lit(1)))
+        .otherwise(F.col("_rev"))
+        .alias("revision"),
+        (was_final | now_final).alias("is_final"),
+    )
+    return rows, late_out

@@ -1,0 +1,108 @@
+"""Session windows: per group, events closer than `gap` to each other form one session.
+
+A session's ``window_start`` is its first event time and ``window_end`` its last event time plus
+the gap (Spark's `session_window` convention), so a session is the union of its events'
+intervals ``[t, t + gap)`` and two sessions merge exactly when those intervals overlap. Unlike
+Spark, which also merges events exactly `gap` apart, events must be strictly closer: then a
+session ``[s, e)`` is final once the watermark reaches ``e``, like every other window.
+
+Incrementally: a batch reads, for its groups, the stored sessions its events can join (an event
+at ``t`` joins a session ``[s, e)`` when ``s - gap < t < e``; only new events can bridge stored
+sessions, which were maximal). The stored sessions and the events' intervals are re-sessionized
+together (gaps and islands over intervals sorted by start), their partials merged, and the merged
+sessions upserted while every stored session they absorbed is deleted, in one commit.
+
+Lateness: whether an event changes a final session depends on the sessions around it, and must
+not depend on the table (a retry has to route the same records). An event before the watermark
+from before the batch is late (Spark drops exactly these), with its own interval
+``[t, t + gap)`` as the window it was late for; an event at or after it can never reach a session
+the watermark closed, whose end is at or before that watermark. Once final, a session stays
+final: a correction (policy ``correct``) that merges it with others makes a merged session that
+is final too, and whose revision goes up with every later change.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from lakelog.windows.frames import (
+    END, START, T_US, aggregated, final_at, input_names, merged, partial_names,
+)
+from lakelog.windows.kinds import Session
+from lakelog.windows.late import before_watermark, late_rows
+
+if TYPE_CHECKING:
+    from lakelog.windows.spec import WindowedAggregate
+
+
+def reachable(stored: DataFrame, events: DataFrame, groups: list[str], gap: int) -> DataFrame:
+    """Stored sessions (working form) that an event of `events` joins."""
+    probes = events.select(*groups, T_US)
+    condition = (probes[T_US] > stored[START] - F.lit(gap)) & (probes[T_US] < stored[END])
+    for g in groups:
+        condition = condition & (stored[g] == probes[g])
+    return stored.join(probes, condition, "left_semi")
+
+
+def step(
+    agg: WindowedAggregate,
+    stored: DataFrame,
+    events: DataFrame,
+    *,
+    watermark_before_us: int | None,
+    watermark_after_us: int | None,
+    batch: int,
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(merged sessions in working form, keys of absorbed sessions, late rows) for one batch of
+    valid events. `stored` is the window table in working form (any superset of the sessions
+    the events can join)."""
+    window = agg.window
+    assert isinstance(window, Session)
+    gap = window.gap_us
+    groups = list(agg.group_names)
+    ev = events.select("*", F.col(T_US).alias(START), (F.col(T_US) + F.lit(gap)).alias(END))
+    is_late = (
+        F.lit(False) if watermark_before_us is None else F.col(T_US) < F.lit(watermark_before_us)
+    )
+    late_out = late_rows(
+        agg, ev.where(is_late), reason=before_watermark(watermark_before_us),
+        policy=agg.late, watermark_us=watermark_before_us, batch=batch,
+    )
+    applied = ev if agg.late == "correct" else ev.where(~is_late)
+    absorbed = reachable(stored, applied, groups, gap)
+    partials = partial_names(agg)
+    intervals = applied.select(
+        *groups, START, END, *input_names(agg), F.lit(True).alias("_event")
+    ).unionByName(
+        absorbed.select(
+            *groups, START, END, *partials, "revision", "is_final", F.lit(False).alias("_event")
+        ),
+        allowMissingColumns=True,
+    )
+    ordered = Window.partitionBy(*groups).orderBy(START, END)
+    previous_end = F.max(END).over(ordered.rowsBetween(Window.unboundedPreceding, -1))
+    opens = (previous_end.isNull() | (F.col(START) >= previous_end)).cast("int")
+    numbered = intervals.withColumn("_opens", opens).withColumn(
+        "_session", F.sum("_opens").over(ordered.rowsBetween(Window.unboundedPreceding, 0))
+    )
+    fresh = numbered.where("_event").groupBy(*groups, "_session").agg(
+        F.min(START).alias(START), F.max(END).alias(END), *aggregated(agg)
+    )
+    old = numbered.where(~F.col("_event")).select(
+        *groups, "_session", START, END, *partials, "revision", "is_final"
+    )
+    combined = fresh.unionByName(old, allowMissingColumns=True).groupBy(*groups, "_session").agg(
+        F.min(START).alias(START), F.max(END).alias(END), *merged(agg),
+        F.max("revision").alias("_rev"), F.max("is_final").alias("_final"),
+    )
+    rows = combined.select(
+        *groups, START, END, *partials,
+        F.coalesce(F.col("_rev") + 1, F.lit(1)).alias("revision"),
+        (F.coalesce(F.col("_final"), F.lit(False)) | final_at(F.col(END), watermark_after_us))
+        .alias("is_final"),
+    )
+    deletes = absorbed.select(F.timestamp_micros(F.col(START)).alias("window_start"), *groups)
+    return rows, deletes, late_out

@@ -1,0 +1,122 @@
+"""The windowed-aggregate consumer end to end: topic records in, exactly-once microbatches out.
+
+Watermarks advance with the records and, on an idle tick, with the clock; late records go to
+the late table; final mode publishes a window once; a crash between two outputs is retried
+without doubling anything. Few microbatches on purpose: each costs seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from engine_helpers import BASE, record
+
+from lakelog import checkpoints, consumers, ingest
+from lakelog.lake import EmbeddedLake
+from lakelog.watermarks import Watermark, watermark_of
+from lakelog.windows import Count, Session, Sum, Tumbling, WindowedAggregate
+
+SECOND = timedelta(seconds=1)
+
+
+def produce(lake, spark, topic, records, now):
+    ingest.produce(lake, spark, topic, [json.dumps(r) for r in records], source="test", now=now)
+
+
+def table(lake, path):
+    return lake.read(lake.snapshot(path))
+
+
+def at(hh_mm_ss: str):
+    """A time of the test records' day, naive and local as PySpark returns timestamps."""
+    h, m, s = (int(p) for p in hh_mm_ss.split(":"))
+    return BASE.replace(hour=h, minute=m, second=s).astimezone().replace(tzinfo=None)
+
+
+def test_update_mode_late_records_and_idle_ticks(spark, lake, topic, now):
+    agg = WindowedAggregate(
+        "per_minute", (topic.name,), Tumbling(timedelta(minutes=1)),
+        (Count("n"), Sum("amount", "amount")), group_by=("product_id",),
+        watermark=Watermark(lateness=30 * SECOND, idle_timeout=timedelta(minutes=5)),
+    )
+    consumer, topics = agg.consumer, {topic.name: topic}
+    # event_time = 10:00:00 + seconds + 1 s; e0, e3 (and e6, e9) are product p0, e1, e4 p1.
+    produce(lake, spark, topic, [record(0, seconds=0), record(1, seconds=20),
+                                 record(3, seconds=70), record(4, seconds=100)], now)
+    consumers.run_batch(lake, consumer, topics, now=now)
+    # The watermark is 10:01:11, so [10:00, 10:01) is final and e6 (10:00:11) is late for it.
+    produce(lake, spark, topic, [record(6, seconds=10), record(9, seconds=160)], now + SECOND)
+    consumers.run_batch(lake, consumer, topics, now=now + SECOND)
+
+    rows = {(r.product_id, r.window_start): r for r in table(lake, agg.windows.path).collect()}
+    first = rows[("p0", at("10:00:00"))]
+    assert (first.n, first.amount, first.is_final, first.revision, first.batch) == (
+        1, 0.0, True, 1, 0,
+    )
+    # Final in batch 1, which had no record for it: the watermark passed its end.
+    quiet = rows[("p1", at("10:01:00"))]
+    assert (quiet.n, quiet.is_final, quiet.revision, quiet.batch) == (1, True, 1, 1)
+    assert not rows[("p0", at("10:02:00"))].is_final
+    (late,) = table(lake, agg.late_records.path).collect()
+    assert (late.event_id, late.policy, late.batch, late.watermark) == (
+        "e6", "drop", 1, at("10:01:11"),
+    )
+    assert late.reason.startswith("window [2026-03-01 10:00:00, 2026-03-01 10:01:00) closed")
+    assert sum(r.n for r in rows.values()) + 1 == 6  # records in = applied + late
+
+    assert consumers.run_batch(lake, consumer, topics, now=now + 2 * SECOND) is None
+    tick = consumers.run_batch(lake, consumer, topics, now=now + timedelta(minutes=10))
+    assert tick is not None and tick.records == 0
+    state = checkpoints.load(lake, consumer.name).state
+    assert watermark_of(state) > at("10:03:00").astimezone()
+    rows = {(r.product_id, r.window_start): r for r in table(lake, agg.windows.path).collect()}
+    closed = rows[("p0", at("10:02:00"))]
+    assert (closed.is_final, closed.batch, closed.revision) == (True, 2, 1)
+    assert all(r.is_final for r in rows.values())
+
+
+class CrashingLake(EmbeddedLake):
+    """Fails right after committing `path` once armed: the batch's later outputs are pending."""
+
+    def __init__(self, spark, root, path):
+        super().__init__(spark, root)
+        self.path, self.armed = path, False
+
+    def _commit(self, snapshot, adds, removed, txns, metadata):
+        version = super()._commit(snapshot, adds, removed, txns, metadata)
+        if self.armed and snapshot.path == self.path:
+            self.armed = False
+            raise RuntimeError("crash between outputs")
+        return version
+
+
+def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topic, now):
+    agg = WindowedAggregate(
+        "visits", (topic.name,), Session(gap=timedelta(minutes=1)),
+        (Count("n"), Sum("amount", "amount")), group_by=("user_id",), emit="final",
+        watermark=Watermark(idle_timeout=timedelta(minutes=5)),
+    )
+    consumer, topics = agg.consumer, {topic.name: topic}
+    produce(lake, spark, topic, [record(0, user="ua", seconds=0), record(1, user="ua", seconds=30),
+                                 record(2, user="ub", seconds=10)], now)
+    consumers.run_batch(lake, consumer, topics, now=now)
+    assert table(lake, agg.windows.path).isEmpty()  # both sessions are still open
+    assert table(lake, agg.state.path).count() == 2
+
+    # 10:03:21 closes both sessions; the run crashes after publishing them, before the state.
+    produce(lake, spark, topic, [record(3, user="ua", seconds=200)], now + SECOND)
+    crashing = CrashingLake(spark, lake.root, agg.windows.path)
+    crashing.armed = True
+    with pytest.raises(RuntimeError, match="crash between outputs"):
+        consumers.run_batch(crashing, consumer, topics, now=now + SECOND)
+    retry = consumers.run_batch(lake, consumer, topics, now=now + 2 * SECOND)
+    assert retry.resumed and retry.outputs_written == (agg.state.path,)
+
+    published = {
+        (r.user_id, r.n, r.amount, r.revision) for r in table(lake, agg.windows.path).collect()
+    }
+    assert published == {("ua", 2, 1.0, 1), ("ub", 1, 2.0, 1)}
+    (open_,) = table(lake, agg.state.path).collect()
+    assert (open_.user_id, open_.window_start, open_.is_final) == ("ua", at("10:03:21"), False)

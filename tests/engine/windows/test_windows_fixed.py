@@ -1,0 +1,139 @@
+"""Tumbling and hopping windows: the aggregations, window assignment, late records."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+from windows_helpers import at, by_key, events, local, public, stored, watermark
+
+from lakelog.windows import (
+    ApproxDistinct,
+    Avg,
+    Count,
+    Hopping,
+    Max,
+    Min,
+    Sum,
+    Tumbling,
+    WindowedAggregate,
+    apply_batch,
+    batch_windows,
+)
+from lakelog.windows.tables import window_schema
+
+MINUTE = timedelta(minutes=1)
+EVERYTHING = (
+    Count("n"), Count("nx", "x"), Sum("total", "x"), Avg("mean", "x"), Min("low", "x"),
+    Max("high", "x"), ApproxDistinct("users", "user"),
+)
+
+
+def test_tumbling_aggregations_and_records_without_a_window(spark):
+    agg = WindowedAggregate("w", ("t",), Tumbling(MINUTE), EVERYTHING, group_by=("g",))
+    rows = [
+        ("e1", 5, "a", 1.0, "u"), ("e2", 30, "a", 3.0, "v"), ("e3", 50, "a", None, "u"),
+        ("e4", 65, "a", 10.0, "w"), ("e5", 10, "b", 2.0, "u"),
+        ("e6", 20, None, 4.0, "u"), ("e7", None, "a", 4.0, "u"),
+    ]
+    update = apply_batch(
+        agg, spark.createDataFrame([], window_schema(agg)), events(spark, rows),
+        watermark_before=None, watermark_after=at(60), batch=3,
+    )
+    got = by_key(public(update.rows, keep=("is_final", "revision", "batch")), "g", "window_start")
+    assert got == {
+        ("a", local(0)): {
+            "g": "a", "window_start": local(0),
+            "window_end": local(60), "n": 3, "nx": 2, "total": 4.0,
+            "mean": 2.0, "low": 1.0, "high": 3.0, "users": 2, "is_final": True, "revision": 1,
+            "batch": 3, "hour": local(0),
+        },
+        ("a", local(60)): {
+            "g": "a", "window_start": local(60),
+            "window_end": local(120), "n": 1, "nx": 1, "total": 10.0,
+            "mean": 10.0, "low": 10.0, "high": 10.0, "users": 1, "is_final": False,
+            "revision": 1, "batch": 3, "hour": local(0),
+        },
+        ("b", local(0)): {
+            "g": "b", "window_start": local(0),
+            "window_end": local(60), "n": 1, "nx": 1, "total": 2.0,
+            "mean": 2.0, "low": 2.0, "high": 2.0, "users": 1, "is_final": True, "revision": 1,
+            "batch": 3, "hour": local(0),
+        },
+    }
+    late = {r.event_id: (r.reason, r.policy, r.window_start) for r in update.late.collect()}
+    assert late == {
+        "e6": ("group-by column g is null", "drop", None),
+        "e7": ("event_time is null", "drop", None),
+    }
+
+
+def test_hopping_windows_match_sparks_window_function(spark):
+    agg = WindowedAggregate(
+        "w", ("t",), Hopping(size=MINUTE, hop=timedelta(seconds=20)),
+        (Count("n"), Sum("total", "x")), group_by=("g",),
+    )
+    df = events(spark, [
+        (f"e{i}", i * 13 % 200, "ab"[i % 2], float(i), "u") for i in range(12)
+    ])
+    expected = df.groupBy("g", F.window("event_time", "60 seconds", "20 seconds")).agg(
+        F.count("*").alias("n"), F.sum("x").alias("total")
+    ).select(
+        "g", F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+        "n", "total",
+    )
+    got = batch_windows(agg, df).select("g", "window_start", "window_end", "n", "total")
+    assertDataFrameEqual(got, expected)
+
+
+def test_approx_distinct_is_close_to_exact(spark):
+    agg = WindowedAggregate(
+        "w", ("t",), Tumbling(timedelta(hours=1)), (ApproxDistinct("users", "user"),)
+    )
+    df = spark.range(2000).select(
+        F.concat(F.lit("e"), F.col("id").cast("string")).alias("event_id"),
+        F.timestamp_seconds(F.lit(int(at(0).timestamp())) + F.col("id") % 3600).alias(
+            "event_time"
+        ),
+        F.lit("a").alias("g"), F.lit(1.0).alias("x"),
+        (F.col("id") % 1500).cast("string").alias("user"),
+    )
+    (row,) = batch_windows(agg, df).collect()
+    assert abs(row.users - 1500) <= 0.03 * 1500
+
+
+def test_a_late_record_corrects_a_final_window(spark):
+    agg = WindowedAggregate(
+        "w", ("t",), Tumbling(MINUTE), (Count("n"), Sum("total", "x")), group_by=("g",),
+        watermark=watermark(0), late="correct",
+    )
+    table = stored(spark, agg, [
+        {"g": "a", "start": 0, "end": 60, "n": 2, "total": 3.0, "revision": 1, "is_final": True},
+        {"g": "a", "start": 60, "end": 120, "n": 1, "total": 8.0, "revision": 1,
+         "is_final": False},
+        {"g": "b", "start": 60, "end": 120, "n": 1, "total": 4.0, "revision": 1,
+         "is_final": False},
+    ])
+    # e5 is for [12:00, 12:01), final since the watermark reached 12:01:10; e6 moves it on.
+    batch = events(spark, [("e5", 20, "a", 16.0, "u"), ("e6", 130, "a", 32.0, "u")])
+    update = apply_batch(
+        agg, table, batch, watermark_before=at(70), watermark_after=at(130), batch=1
+    )
+
+    got = by_key(public(update.rows, keep=("is_final", "revision", "batch")), "g", "window_start")
+    summary = {k: (r["n"], r["total"], r["revision"], r["is_final"]) for k, r in got.items()}
+    assert summary == {
+        ("a", local(0)): (3, 19.0, 2, True),  # corrected, still final
+        ("a", local(60)): (1, 8.0, 1, True),  # no record for them in this batch, but the
+        ("b", local(60)): (1, 4.0, 1, True),  # watermark passed their end: now final
+        ("a", local(120)): (1, 32.0, 1, False),
+    }
+    assert {r["batch"] for r in got.values()} == {1}
+    (late,) = update.late.collect()
+    assert (late.event_id, late.policy, late.batch, late.watermark) == (
+        "e5", "correct", 1, local(70),
+    )
+    assert late.reason == (
+        "window [2026-03-01 12:00:00, 2026-03-01 12:01:00) closed at watermark 2026-03-01 12:01:10"
+    )

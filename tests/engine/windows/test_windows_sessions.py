@@ -1,0 +1,74 @@
+"""Session windows: Spark's convention, and a late event that bridges two final sessions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+from windows_helpers import at, by_key, events, local, public, stored, watermark
+
+from lakelog.windows import Count, Session, Sum, WindowedAggregate, apply_batch, batch_windows
+
+AGGREGATES = (Count("n"), Sum("total", "x"))
+
+
+def sessions(**options) -> WindowedAggregate:
+    return WindowedAggregate(
+        "w", ("t",), Session(timedelta(seconds=30)), AGGREGATES, group_by=("g",), **options
+    )
+
+
+def test_sessions_match_sparks_session_window(spark):
+    """Same sessions as Spark's `session_window`, except for events exactly `gap` apart (see
+    `lakelog.windows.sessions`), which these are not."""
+    df = events(spark, [
+        (f"e{i}", s, "ab"[i % 2], float(i), "u")
+        for i, s in enumerate([0, 0, 10, 25, 29, 54, 70, 83, 130, 160, 161, 300])
+    ])
+    expected = df.groupBy("g", F.session_window("event_time", "30 seconds")).agg(
+        F.count("*").alias("n"), F.sum("x").alias("total")
+    ).select(
+        "g", F.col("session_window.start").alias("window_start"),
+        F.col("session_window.end").alias("window_end"), "n", "total",
+    )
+    got = batch_windows(sessions(), df).select("g", "window_start", "window_end", "n", "total")
+    assertDataFrameEqual(got, expected)
+
+
+@pytest.mark.parametrize("policy", ["drop", "correct"])
+def test_a_late_event_between_two_sessions(spark, policy):
+    agg = sessions(watermark=watermark(0), late=policy)
+    table = stored(spark, agg, [
+        {"g": "a", "start": 0, "end": 40, "n": 2, "total": 3.0, "revision": 1, "is_final": True},
+        {"g": "a", "start": 60, "end": 100, "n": 2, "total": 12.0, "revision": 1,
+         "is_final": True},
+        {"g": "a", "start": 200, "end": 230, "n": 1, "total": 16.0, "revision": 1,
+         "is_final": False},
+    ])
+    # e35 is within 30 s of both final sessions, [12:00:00, 12:00:40) and [12:01:00, 12:01:40).
+    update = apply_batch(
+        agg, table, events(spark, [("e35", 35, "a", 32.0, "u")]),
+        watermark_before=at(200), watermark_after=at(200), batch=1,
+    )
+
+    got = by_key(public(update.rows, keep=("is_final", "revision")), "window_start")
+    summary = {
+        start: (r["window_end"], r["n"], r["total"], r["revision"], r["is_final"])
+        for (start,), r in got.items()
+    }
+    deleted = {r.window_start for r in update.deletes.collect()}
+    if policy == "correct":
+        assert summary == {local(0): (local(100), 5, 47.0, 2, True)}
+        assert deleted == {local(0), local(60)}  # replaced by the merged session
+    else:
+        assert summary == {} and deleted == set()
+    (late,) = update.late.collect()
+    assert (late.event_id, late.policy, late.window_start, late.window_end) == (
+        "e35", policy, local(35), local(65),
+    )
+    assert late.reason == (
+        "event time 2026-03-01 12:00:35 is before watermark 2026-03-01 12:03:20: "
+        "its session may already be final"
+    )

@@ -1,0 +1,87 @@
+"""Sliding windows: one row per event over ``(t - size, t]``, revised by earlier arrivals."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from windows_helpers import at, by_key, events, local, public, stored, watermark
+
+from lakelog.windows import Count, Sliding, Sum, WindowedAggregate, apply_batch, batch_windows
+
+AGGREGATES = (Count("n"), Sum("total", "x"))
+
+
+def sliding(**options) -> WindowedAggregate:
+    return WindowedAggregate(
+        "w", ("t",), Sliding(timedelta(seconds=30)), AGGREGATES, group_by=("g",), **options
+    )
+
+
+def test_each_event_gets_the_interval_before_it(spark):
+    rows = [
+        ("e1", 0, "a", 1.0, "u"), ("e2", 10, "a", 2.0, "u"), ("e3", 10, "a", 4.0, "u"),
+        ("e4", 40, "a", 8.0, "u"), ("e5", 5, "b", 16.0, "u"),
+    ]
+    got = by_key(batch_windows(sliding(), events(spark, rows)), "event_id")
+    summary = {
+        e: (r["window_start"], r["window_end"], r["n"], r["total"]) for (e,), r in got.items()
+    }
+    assert summary == {
+        "e1": (local(-30), local(0), 1, 1.0),
+        "e2": (local(-20), local(10), 3, 7.0),  # e3 at the same instant is a peer
+        "e3": (local(-20), local(10), 3, 7.0),
+        "e4": (local(10), local(40), 1, 8.0),  # (10, 40]: the events at 10 are out
+        "e5": (local(-25), local(5), 1, 16.0),
+    }
+
+
+def rows(spark, agg, windows):
+    """Stored sliding rows from (event_id, seconds, x, n, total, is_final) over 30 s."""
+    return stored(spark, agg, [
+        {"g": "a", "event_id": e, "start": t - 30, "end": t, "x": x, "n": n, "total": total,
+         "revision": 1, "is_final": final}
+        for e, t, x, n, total, final in windows
+    ])
+
+
+def summary(update, *columns):
+    got = by_key(public(update.rows, keep=("is_final", "revision")), "event_id")
+    return {e: tuple(r[c] for c in columns) for (e,), r in got.items()}
+
+
+def test_an_out_of_order_event_revises_the_rows_after_it_within_size(spark):
+    agg = sliding(watermark=watermark(600))
+    table = rows(spark, agg, [
+        ("e0", 0, 1.0, 1, 1.0, False), ("e20", 20, 2.0, 2, 3.0, False),
+        ("e40", 40, 4.0, 2, 6.0, False), ("e70", 70, 8.0, 1, 8.0, False),
+    ])
+    update = apply_batch(
+        agg, table, events(spark, [("e15", 15, "a", 16.0, "u")]),
+        watermark_before=at(-530), watermark_after=at(-530), batch=1,
+    )
+    # e15 belongs to the windows of its group's events in [15, 45): e20 and e40, not e70.
+    assert summary(update, "n", "total", "revision") == {
+        "e15": (2, 17.0, 1),  # (-15, 15]: e0 and itself
+        "e20": (3, 19.0, 2),
+        "e40": (3, 22.0, 2),  # (10, 40]: e15, e20, e40
+    }
+    assert update.late.isEmpty()
+
+
+def test_a_late_event_corrects_final_rows_which_stay_final(spark):
+    agg = sliding(watermark=watermark(0), late="correct")
+    table = rows(spark, agg, [
+        ("e0", 0, 1.0, 1, 1.0, True), ("e20", 20, 2.0, 2, 3.0, True),
+        ("e40", 40, 4.0, 2, 6.0, True),
+    ])
+    update = apply_batch(
+        agg, table, events(spark, [("e30", 30, "a", 8.0, "u")]),
+        watermark_before=at(40), watermark_after=at(40), batch=1,
+    )
+    assert summary(update, "n", "total", "revision", "is_final") == {
+        "e30": (2, 10.0, 1, True),
+        "e40": (3, 14.0, 2, True),
+    }
+    (late,) = update.late.collect()
+    assert (late.event_id, late.policy, late.window_end) == ("e30", "correct", local(30))
+    assert late.reason.startswith("window (2026-03-01 12:00:00, 2026-03-01 12:00:30] closed at")
