@@ -1,0 +1,137 @@
+"""Stream–stream window join (left outer), e.g. searches with the clicks on their results.
+
+A right record joins a left record with equal `keys` whose event time lies in
+``[left_time, left_time + within]``. The consumer ``join.<name>`` reads both topics and writes,
+per microbatch (`lakelog.joins.window_step` has the rules step by step):
+
+- ``streams/<name>`` (appended) — one row per (left, right) match, in the first batch in which
+  both have been seen, in either arrival order; and one row per left record that matched
+  nothing, with null right columns and `matched` false, in the batch in which the watermark
+  passes ``left_time + within`` (its window closed). A left record that matched appears only
+  as matched, never also as unmatched; each row is written exactly once.
+- ``streams/<name>_late`` (appended) — records not joined because they came too late (or, on
+  the right, have a null key), with the reason and the watermark they were judged against
+  (`lakelog.joins.late`).
+- ``_state/joins/<name>/buffer`` (upserted, internal) — left records whose window is open and
+  right records that a future left record could still match, one row each. A left record
+  leaves it when its window closes, a right record when the watermark passes its time, so the
+  state holds the last ``within + lateness`` of the left stream and the last ``lateness`` of
+  the right one (in event time), however long the join runs.
+
+The watermark (`lakelog.watermarks`, in the consumer's checkpoint) is the greatest event time
+seen on either input minus `watermark.lateness`. A record older than the watermark before its
+batch is late. In particular a right record for a left record whose window already closed is
+always late (the window closed because the watermark passed ``left_time + within``, which is at
+or after the right record's time): it goes to the late table, and **the left record's unmatched
+row stays as written** — the output is append-only and never corrected. A right record older
+than the watermark is late even if some window it falls in is still open (it may belong to
+one already closed; the allowed lateness is the knob for stragglers). A left record older than
+the watermark is late too (the right records it could match may already be gone from the
+state) and appears in the late table only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakelog.consumers import BatchInput, Changes, Consumer, Output
+from lakelog.errors import ConfigError
+from lakelog.joins import late, window_step
+from lakelog.joins.side import TRAILER, Side, check_columns, check_name
+from lakelog.watermarks import Watermark, watermark_of
+
+
+@dataclass(frozen=True)
+class WindowJoin:
+    """`left` records with the `right` records of equal `keys` within `within` after them."""
+
+    name: str
+    left: Side
+    right: Side
+    #: Topic columns present in both inputs, with the same types.
+    keys: tuple[str, ...]
+    within: timedelta
+    watermark: Watermark
+    #: The output column saying whether the left record found a match.
+    matched: str = "matched"
+    max_records_per_batch: int = 250_000
+
+    def __post_init__(self) -> None:
+        check_name("window join", self.name)
+        owner = f"window join {self.name}"
+        if self.left.topic.name == self.right.topic.name:
+            raise ConfigError(f"{owner}: joins two different topics, not one with itself")
+        if not self.keys:
+            raise ConfigError(f"{owner}: needs at least one key column")
+        for key in self.keys:
+            for side in (self.left, self.right):
+                if key not in side.topic.table_schema.fieldNames():
+                    raise ConfigError(f"{owner}: key {key!r} is not a column of "
+                                      f"{side.topic.name}")
+            if self.left.type_of(key) != self.right.type_of(key):
+                raise ConfigError(f"{owner}: key {key!r} has different types in "
+                                  f"{self.left.topic.name} and {self.right.topic.name}")
+        if self.within < timedelta(0):
+            raise ConfigError(f"{owner}: within must be >= 0")
+        check_columns(owner, self.output.schema.fieldNames())
+
+    @property
+    def output(self) -> Output:
+        schema = T.StructType([
+            *self.left.fields, *self.right.fields,
+            T.StructField(self.matched, T.BooleanType()), *TRAILER,
+        ])
+        return Output(f"streams/{self.name}", schema)
+
+    @property
+    def late(self) -> Output:
+        return Output(f"streams/{self.name}_late", late.SCHEMA)
+
+    @property
+    def buffer(self) -> Output:
+        return Output(f"_state/joins/{self.name}/buffer", window_step.buffer_schema(self),
+                      keys=window_step.BUFFER_KEY)
+
+    @property
+    def consumer(self) -> Consumer:
+        return Consumer(
+            name=f"join.{self.name}",
+            topics=(self.left.topic.name, self.right.topic.name),
+            outputs=(self.output, self.late, self.buffer),  # the state last
+            transform=self.transform,
+            max_records_per_batch=self.max_records_per_batch,
+            advance=self.advance,
+            idle_tick=self.watermark.idle,
+        )
+
+    def advance(self, batch: BatchInput) -> dict[str, Any]:
+        """The watermark after this batch: its greatest event time on either input, or the idle
+        rule of `Watermark` for an empty batch."""
+        times = batch.records[self.left.topic.name].select(F.col(self.left.time).alias("t"))
+        times = times.unionByName(
+            batch.records[self.right.topic.name].select(F.col(self.right.time).alias("t"))
+        )
+        top = times.agg(F.max("t")).first()[0]
+        return self.watermark.advance(batch.state, top, batch.now)
+
+    def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:
+        result = window_step.step(
+            self,
+            batch.records[self.left.topic.name],
+            batch.records[self.right.topic.name],
+            batch.current(self.buffer),
+            before=watermark_of(batch.state),
+            after=watermark_of(batch.next_state),
+            batch=batch.batch,
+        )
+        return {
+            self.output.path: result.joined,
+            self.late.path: result.late,
+            self.buffer.path: Changes(result.buffered, deletes=result.expired),
+        }

@@ -1,0 +1,129 @@
+"""Orders with their customer — now (enrichment), at the order's time (as-of), and as totals
+per customer (table join) — as DataFrame functions; `test_joins_orders` runs the consumers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+from joins_helpers import CHANGES, at, change, customer_row, local, order, position
+
+from lakelog.demo.shop import ORDERS
+from lakelog.demo.shop_joins import CUSTOMER_ORDERS, ORDERS_AS_OF, ORDERS_ENRICHED
+from lakelog.errors import ConfigError
+from lakelog.joins import enrich, join_as_of
+from lakelog.joins.table_join import combine
+
+
+def frame(spark, schema, rows):
+    return spark.createDataFrame([tuple(r.get(n) for n in schema.fieldNames()) for r in rows],
+                                 schema)
+
+
+def by_order(df):
+    return {r["order_id"]: (r["customer_id"], r["name"], r["country"], r["customer_found"])
+            for r in df.collect()}
+
+
+def test_enrichment_keeps_every_order_and_nulls_missing_or_deleted_customers(spark):
+    orders = spark.createDataFrame(
+        [order("1", 0, customer=1), order("2", 0, customer=2), order("3", 0, customer=3),
+         order("4", 0, customer=None)], ORDERS.table_schema,
+    )
+    table = frame(spark, ORDERS_ENRICHED.table_schema, [
+        customer_row(1, "Ada", position="01"), customer_row(2, None, position="02", deleted=True),
+    ])
+    out = enrich(ORDERS_ENRICHED, ORDERS_ENRICHED.keyed(orders), table, batch=7)
+    assert out.columns == ORDERS_ENRICHED.output.schema.fieldNames()
+    assert by_order(out) == {
+        "o-1": (1, "Ada", "NL", True),
+        "o-2": (2, None, None, False),  # deleted at the source
+        "o-3": (3, None, None, False),  # never seen
+        "o-4": (None, None, None, False),  # user id without a customer number
+    }
+    row = out.where("order_id = 'o-1'").first()
+    assert (row["batch"], row["hour"], row["total"], row["event_id"]) == (7, local(at(0)), 1.0, "1")
+
+
+def test_as_of_join_takes_the_version_valid_at_the_order_time(spark):
+    history = frame(spark, ORDERS_AS_OF.table_schema, [
+        customer_row(1, "Ada", position="10", valid=(0, 60)),
+        customer_row(1, "Ada", position="20", country="DE", valid=(60, 120)),
+        customer_row(1, None, position="30", deleted=True, valid=(120, None)),
+        customer_row(2, "Bob", position="11", valid=(30, None)),
+        # Overlapping intervals (commit times that went backwards): the newest position wins.
+        customer_row(4, "Old", position="40", valid=(0, 100)),
+        customer_row(4, "New", position="41", valid=(50, None)),
+    ])
+    orders = spark.createDataFrame([
+        order("1", -60, customer=1), order("2", 0, customer=1), order("3", 59, customer=1),
+        order("4", 60, customer=1), order("5", 150, customer=1), order("6", 45, customer=2),
+        order("7", 45, customer=3), order("8", 70, customer=4),
+    ], ORDERS.table_schema)
+    out = join_as_of(ORDERS_AS_OF, ORDERS_AS_OF.keyed(orders), history, batch=0)
+    assert by_order(out) == {
+        "o-1": (1, None, None, False),  # before the customer existed
+        "o-2": (1, "Ada", "NL", True),  # valid_from is inclusive
+        "o-3": (1, "Ada", "NL", True),  # the change at minute 60 does not reach back
+        "o-4": (1, "Ada", "DE", True),  # valid_to is exclusive
+        "o-5": (1, None, None, False),  # deleted by then
+        "o-6": (2, "Bob", "NL", True),
+        "o-7": (3, None, None, False),
+        "o-8": (4, "New", "NL", True),
+    }
+    assert out.where("order_id = 'o-4'").first()["customer_valid_from"] == local(at(60))
+
+
+def test_lookup_declaration_errors():
+    with pytest.raises(ConfigError, match="compacted table"):
+        replace(ORDERS_ENRICHED, table=ORDERS_AS_OF.table)
+    with pytest.raises(ConfigError, match="history table"):
+        replace(ORDERS_AS_OF, table=ORDERS_ENRICHED.table)
+    with pytest.raises(ConfigError, match="key expression"):
+        replace(ORDERS_ENRICHED, key=())
+    with pytest.raises(ConfigError, match="no column 'nope'"):
+        replace(ORDERS_ENRICHED, columns=(("x", "nope"),))
+    with pytest.raises(ConfigError, match="chosen twice"):
+        replace(ORDERS_ENRICHED, found="total")
+
+
+def test_table_join_declaration_errors():
+    with pytest.raises(ConfigError, match="no column 'nope'"):
+        replace(CUSTOMER_ORDERS, amount_of="nope")
+    with pytest.raises(ConfigError, match="no column 'nope'"):
+        replace(CUSTOMER_ORDERS, columns=(("x", "nope"),))
+    with pytest.raises(ConfigError, match="chosen twice"):
+        replace(CUSTOMER_ORDERS, count="revenue")
+    with pytest.raises(ConfigError, match="key expression"):
+        replace(CUSTOMER_ORDERS, key=("a", "b"))
+
+
+def test_table_join_batch_adds_totals_and_applies_only_newer_changes(spark):
+    join = CUSTOMER_ORDERS
+    stored = frame(spark, join.output.schema, [
+        {"customer_id": 123, "name": "Ada", "email": "ada@x", "country": "NL", "orders": 1,
+         "revenue": Decimal("10.50"), "last_order_time": at(30), "_position": position(20),
+         "_deleted": False, "batch": 0},
+        {"customer_id": 42, "orders": 1, "revenue": Decimal("3.00"),
+         "last_order_time": at(30), "_deleted": False, "batch": 0},
+    ])
+    facts = spark.createDataFrame([
+        order("7", 100, customer=123, total=2.0), order("8", 100, customer=42, total=1.0),
+        order("9", 90, customer=5, total=1.25), order("10", 95, customer=5, total=1.0),
+    ], ORDERS.table_schema)
+    changes = spark.createDataFrame([
+        change("u", 123, lsn=15, minute=20, name="Old"),  # older than the stored row's
+        change("c", 42, lsn=30, minute=60, name="Dee"),
+        change("u", 42, lsn=29, minute=59, name="Eve"),  # older than Dee, same batch
+        change("d", 5, lsn=31, minute=60),
+    ], CHANGES.table_schema)
+    out = combine(join, stored, facts, changes, batch=3)
+    assert out.columns == join.output.schema.fieldNames()
+    got = {r["customer_id"]: (r["name"], r["orders"], r["revenue"], r["last_order_time"],
+                              r["_position"], r["_deleted"], r["batch"]) for r in out.collect()}
+    assert got == {
+        123: ("Ada", 2, Decimal("12.50"), local(at(100)), position(20), False, 3),
+        42: ("Dee", 2, Decimal("4.00"), local(at(100)), position(30), False, 3),
+        5: (None, 2, Decimal("2.25"), local(at(95)), position(31), True, 3),
+    }

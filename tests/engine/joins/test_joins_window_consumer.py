@@ -1,0 +1,65 @@
+"""The demo's search_clicks window join as a consumer: topics in, microbatches, tables out."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from joins_helpers import at, click_line, local, search_line
+
+from lakelog import checkpoints, consumers, ingest
+from lakelog.demo.shop import CLICKS, SEARCHES
+from lakelog.demo.shop_joins import SEARCH_CLICKS
+from lakelog.watermarks import watermark_of
+
+TOPICS = {SEARCHES.name: SEARCHES, CLICKS.name: CLICKS}
+JOIN = SEARCH_CLICKS  # within 1 hour, lateness 10 minutes, idle timeout 5 minutes
+
+
+def deliver(lake, spark, now, searches=(), clicks=()):
+    if searches:
+        ingest.produce(lake, spark, SEARCHES, list(searches), source="test", now=now)
+    if clicks:
+        ingest.produce(lake, spark, CLICKS, list(clicks), source="test", now=now)
+    return consumers.run_until_caught_up(lake, JOIN.consumer, TOPICS, now=lambda: now)
+
+
+def table(lake, path):
+    return lake.read(lake.snapshot(path)).collect()
+
+
+def test_search_clicks_end_to_end(lake, spark, now):
+    # s3 at minute 100 moves the watermark to 90: s1 and s9 close unmatched at once.
+    deliver(lake, spark, now, searches=[
+        search_line("s1", 22, query="q1"), search_line("s9", 25, query="q9"),
+        search_line("s3", 100, query="q3"), search_line("s4", 99, query="q4"),
+    ])
+    # Clicks for the closed s1 and s9 are late, and their unmatched rows stay; c3 joins s3.
+    deliver(lake, spark, now, clicks=[
+        click_line("c1", 23, query="q1"), click_line("c9", 85, query="q9"),
+        click_line("c3", 105, query="q3"),
+    ])
+    # Nothing arrives for two hours: an idle tick moves the watermark on, closing s3 and s4.
+    ticked = consumers.run_until_caught_up(lake, JOIN.consumer, TOPICS,
+                                           now=lambda: now + timedelta(hours=2))
+    assert [r.records for r in ticked] == [0]
+
+    rows = table(lake, JOIN.output.path)
+    assert sorted((r["search_event_id"], r["click_event_id"], r["clicked"], r["batch"])
+                  for r in rows) == [
+        ("s1", None, False, 0), ("s3", "c3", True, 1), ("s4", None, False, 2),
+        ("s9", None, False, 0),
+    ]
+    s3 = next(r for r in rows if r["search_event_id"] == "s3")
+    assert (s3["search_time"], s3["click_time"], s3["hour"]) == (
+        local(at(100)), local(at(105)), local(at(60))
+    )
+    assert (s3["user_id"], s3["session_id"], s3["query"], s3["product_id"]) == (
+        "u-000123", "s1", "red shoes", "p-1"
+    )
+    late = table(lake, JOIN.late.path)
+    assert sorted((r["event_id"], r["reason"], r["watermark"], r["batch"]) for r in late) == [
+        ("c1", "window_closed", local(at(90)), 1), ("c9", "behind_watermark", local(at(90)), 1),
+    ]
+    assert table(lake, JOIN.buffer.path) == []  # every window closed: no state left
+    state = checkpoints.load(lake, JOIN.consumer.name).state
+    assert watermark_of(state) == at(105) + timedelta(hours=2) - timedelta(minutes=10)
