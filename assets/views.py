@@ -1,0 +1,133 @@
+"""Model assets: one per SQL model of ``dbt_like_views/``, depending on what it refs.
+
+The models are loaded and checked when the definitions are built, so a bad model (unknown ref,
+cycle, unparseable config, duplicate name) fails the code location with its file and problem.
+A model's warning checks (value ranges, row-count change, unique key) run on the rows the run
+just wrote, inside the asset, and never stop downstream models.
+"""
+
+import os
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from lakelog.assets.errors import engine_errors
+from lakelog.assets.naming import output_key, topic_key
+from lakelog.assets.partitions import HOURLY
+from lakelog.assets.quality import check_result
+from lakelog.consumers import Consumer
+from lakelog.lake import Lake
+from lakelog.quality.names import model_checks
+from lakelog.resources import LakeResource, SparkResource
+from lakelog.topics import Topic
+from lakelog.views import Model, ModelGraph, ModelRun, load_models, model_rows, run_model
+
+#: Overrides where the models are, e.g. when lakelog is installed rather than checked out.
+VIEWS_DIR_VARIABLE = "LAKELOG_VIEWS_DIR"
+
+
+class ViewConfig(dg.Config):
+    full_refresh: bool = Field(
+        default=False,
+        description="Rebuild the model from scratch instead of merging its inputs' changes.",
+    )
+
+
+def default_models_dir() -> Path:
+    """$LAKELOG_VIEWS_DIR, else ``dbt_like_views/`` of the repository this file is in."""
+    return Path(os.environ.get(VIEWS_DIR_VARIABLE) or Path(__file__).parents[1] / "dbt_like_views")
+
+
+def lakelog_tables(
+    topics: Mapping[str, Topic], consumers: Mapping[str, Consumer]
+) -> dict[str, dg.AssetKey]:
+    """The tables models may ref: every topic's log and every consumer output, by path."""
+    tables = {t.path: topic_key(t) for t in topics.values()}
+    tables.update({o.path: output_key(o) for c in consumers.values() for o in c.outputs})
+    return tables
+
+
+def _hours(context: dg.AssetExecutionContext) -> list[datetime]:
+    window = context.partition_time_window
+    hours, hour = [], window.start
+    while hour < window.end:
+        hours.append(hour)
+        hour += timedelta(hours=1)
+    return hours
+
+
+def _row_count(lake: Lake, model: Model, version: int | None) -> int | None:
+    if not model.stored or version is None:
+        return None
+    return sum(f.num_records for f in lake.snapshot(model.path, version).files())
+
+
+def _description(model: Model) -> str:
+    return (
+        f"{model.config.materialized} model `{model.file}`\n\n```sql\n{model.sql.strip()}\n```"
+    )
+
+
+def model_asset(
+    graph: ModelGraph, name: str, tables: Mapping[str, dg.AssetKey]
+) -> dg.AssetsDefinition:
+    """The asset of model `name`: runs it, reports the run, then its warning checks."""
+    model = graph.models[name]
+    key = dg.AssetKey(model.path.split("/"))
+    deps = [tables[r] if "/" in r else dg.AssetKey(["views", r]) for r in model.refs]
+    checks = [dg.AssetCheckSpec(c, asset=key) for c in model_checks(model)]
+    partitioned = model.config.partition_by == "hour"
+
+    @dg.asset(
+        key=key,
+        deps=deps,
+        group_name=model.folder,
+        kinds={"spark", "delta"} if model.stored else {"spark"},
+        description=_description(model),
+        partitions_def=HOURLY if partitioned else None,
+        backfill_policy=dg.BackfillPolicy.single_run() if partitioned else None,
+        check_specs=checks,
+        metadata={"file": model.file, "materialized": model.config.materialized},
+    )
+    def _model(
+        context: dg.AssetExecutionContext, config: ViewConfig, lake: LakeResource,
+        spark: SparkResource,
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+        the_lake, session = lake.open(), spark.session()
+        with engine_errors():
+            run: ModelRun = run_model(
+                the_lake, session, graph, name, full_refresh=config.full_refresh,
+                hours=_hours(context) if partitioned else (),
+            )
+        context.log.info(f"model {name}: {run.mode} ({run.reason})")
+        metadata = run.as_metadata()
+        rows = _row_count(the_lake, model, run.version)
+        if rows is not None:
+            metadata["dagster/row_count"] = rows
+        yield dg.MaterializeResult(metadata=metadata)
+        if checks:
+            from lakelog.quality.suites import model_suites
+            from lakelog.quality.validate import validate
+
+            previous = _row_count(the_lake, model, run.previous_version)
+            with engine_errors():
+                outcomes = validate(
+                    model_rows(the_lake, session, model, run),
+                    model_suites(model, previous_rows=previous),
+                )
+            for outcome in outcomes:
+                yield check_result(outcome, asset_key=key, version=run.version)
+
+    return _model
+
+
+def view_definitions(
+    models_dir: str | Path, tables: Mapping[str, dg.AssetKey]
+) -> list[dg.AssetsDefinition]:
+    """One asset per model below `models_dir`; `tables` are the lakelog tables models may ref
+    (path → asset key, see `lakelog_tables`). Raises `ModelError` naming the file of a bad model."""
+    graph = load_models(models_dir, tables.keys())
+    return [model_asset(graph, name, tables) for name in graph.models]

@@ -1,0 +1,13 @@
+{{ config(materialized='table', ranges={'click_through_rate': (0, 1), 'searches': (1, None)}) }}
+-- Click-through rate per search query: the share of searches with at least one click on a
+-- result within the hour after the search, from the stream-stream join of searches and clicks
+-- (one row per click, and one unclicked row per search that got none).
+SELECT query,
+       count(DISTINCT search_event_id) AS searches,
+       count(DISTINCT CASE WHEN clicked THEN search_event_id END) AS searches_with_click,
+       count(DISTINCT click_event_id) AS clicks,
+       try_divide(CAST(count(DISTINCT CASE WHEN clicked THEN search_event_id END) AS DOUBLE),
+                  count(DISTINCT search_event_id)) AS click_through_rate,
+       avg(CASE WHEN clicked THEN position END) AS mean_click_position
+FROM {{ ref('streams/search_clicks') }}
+GROUP BY query

@@ -1,0 +1,16 @@
+"""Errors of SQL models: a bad definition (found at load) and a failed run (found by Spark)."""
+
+from __future__ import annotations
+
+from lakelog.errors import ConfigError, LakelogError
+
+
+class ModelError(ConfigError):
+    """A model file cannot be loaded: bad config, unknown ref, cycle, duplicate or bad name.
+
+    The message starts with the file, so the user knows which model to fix.
+    """
+
+
+class ModelRunError(LakelogError):
+    """Spark could not run a model's SQL; the message names the file and gives Spark's message."""

@@ -1,0 +1,230 @@
+"""Running a model: a temporary view, a full recompute, or an incremental merge.
+
+An incremental run, in this order:
+
+1. **pin** — snapshot every input once and the model's table; everything below reads exactly
+   these versions.
+2. **state** — read from the table's last commit which input versions it reflects (`state`);
+   without one (first run, edited SQL, a new or recreated input) rebuild from scratch.
+3. **changes** — the inputs' change data feed from those versions to the pinned ones gives the
+   hours or keys to recompute (`incremental`); recompute them from the pinned inputs.
+4. **commit** — one Delta commit: the rewritten files, the recomputed rows, and the pinned input
+   versions as application transactions.
+
+A crash before step 4 commits nothing, and the next run starts again from the same state; after
+step 4 the state says those changes are applied, so they are never applied twice. Recomputing a
+unit replaces its rows as a whole, so a retry reading newer inputs still converges to the full
+refresh. Two runs planned on the same table version conflict: one fails without writing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakelog.errors import ConfigError
+from lakelog.lake import Lake, Snapshot
+from lakelog.views.errors import ModelRunError
+from lakelog.views.evaluate import Reader, evaluate, spark_errors
+from lakelog.views.graph import ModelGraph
+from lakelog.views.incremental import (
+    HOUR,
+    changed_rows,
+    hour_files,
+    hour_reader,
+    in_hours,
+    key_files,
+    matching,
+    replace,
+    touched_hours,
+    touched_keys,
+    utc,
+)
+from lakelog.views.models import Model
+from lakelog.views.state import load_state, state_txns
+
+Mode = Literal["view", "full", "incremental", "unchanged"]
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """What a run did. `touched` counts the hours or keys an incremental run recomputed."""
+
+    model: str
+    mode: Mode
+    reason: str
+    inputs: Mapping[str, int] = field(default_factory=dict)
+    version: int | None = None
+    previous_version: int | None = None
+    touched: int | None = None
+
+    def as_metadata(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "reason": self.reason, "input_versions": dict(self.inputs),
+            "version": self.version, "touched": self.touched,
+        }
+
+
+def _pin(lake: Lake, model: Model, paths: Collection[str]) -> dict[str, Snapshot]:
+    missing = [p for p in paths if not lake.exists(p)]
+    if missing:
+        raise ModelRunError(
+            f"{model.file}: input {', '.join(missing)} does not exist yet; materialize it first"
+        )
+    return {p: lake.snapshot(p) for p in paths}
+
+
+def run_model(
+    lake: Lake,
+    spark: SparkSession,
+    graph: ModelGraph,
+    name: str,
+    *,
+    full_refresh: bool = False,
+    hours: Collection[datetime] = (),
+) -> ModelRun:
+    """Materialize model `name`. `hours` (hour-partitioned models only) are recomputed besides
+    whatever the inputs' changes touch, as a backfill of those time partitions does."""
+    model = graph.models[name]
+    if hours and model.config.partition_by != "hour":
+        raise ConfigError(f"{model.file}: hours apply only to a model with partition_by='hour'")
+    with spark_errors(model):
+        pinned = _pin(lake, model, graph.inputs(name))
+        versions = {p: s.version for p, s in pinned.items()}
+
+        def read(path: str) -> DataFrame:
+            return lake.read(pinned[path])
+
+        def everything() -> DataFrame:
+            return evaluate(spark, graph, name, read)  # analysed, not executed
+
+        if not model.stored:
+            everything().createOrReplaceTempView(model.name)
+            return ModelRun(name, "view", "a view is recomputed on every read", versions)
+        if model.config.materialized == "table":
+            return _full(lake, model, everything(), versions, "a table is recomputed in full")
+        if full_refresh:
+            return _full(lake, model, everything(), versions, "full refresh requested")
+        if not lake.exists(model.path):
+            return _full(lake, model, everything(), versions, "first run")
+        output = lake.snapshot(model.path)
+        state, reason = load_state(output, model, versions)
+        if state is None:
+            return _full(lake, model, everything(), versions, reason)
+        changes = {
+            p: changed_rows(lake, p, state[p], v) for p, v in versions.items() if v > state[p]
+        }
+        if not changes and not hours:
+            return ModelRun(name, "unchanged", "no input changed since the last run", versions,
+                            output.version, output.version, 0)
+        if model.config.partition_by == "hour":
+            found = touched_hours(changes)
+            if found is None:
+                return _full(lake, model, everything(), versions,
+                             "an input without a time column changed, so every hour may have")
+            return _hours(lake, spark, graph, model, output, pinned,
+                          found | {utc(h) for h in hours})
+        return _keys(lake, spark, graph, model, output, read, versions, everything(), changes)
+
+
+def _metadata(model: Model, mode: Mode, versions: Mapping[str, int], touched: int | None):
+    return {"lakelog.view": {"model": model.name, "mode": mode, "touched": touched,
+                             "inputs": dict(versions)}}
+
+
+def _full(
+    lake: Lake, model: Model, rows: DataFrame, versions: Mapping[str, int], reason: str
+) -> ModelRun:
+    """Rebuild the table from `rows`; a table with other columns is an error, not replaced."""
+    lake.create_table(model.path, rows.schema)
+    output = lake.snapshot(model.path)
+    keys = model.config.unique_key
+    if keys:  # hour first: later incremental runs then find an hour's rows in few files
+        rows = rows.sortWithinPartitions(*sorted(keys, key=lambda k: k != HOUR))
+    version = lake.write(
+        output, rows, mode="overwrite", txns=state_txns(model, output, versions),
+        metadata=_metadata(model, "full", versions, None),
+    )
+    return ModelRun(model.name, "full", reason, versions, version, output.version)
+
+
+def _state_only(
+    lake: Lake, model: Model, output: Snapshot, versions: Mapping[str, int]
+) -> ModelRun:
+    """Inputs moved without touching anything the model reads: record that, write no rows."""
+    version = lake.write(output, None, txns=state_txns(model, output, versions),
+                         metadata=_metadata(model, "incremental", versions, 0))
+    return ModelRun(model.name, "incremental", "the inputs' changes touch no rows", versions,
+                    version, output.version, 0)
+
+
+def _hours(
+    lake: Lake,
+    spark: SparkSession,
+    graph: ModelGraph,
+    model: Model,
+    output: Snapshot,
+    pinned: Mapping[str, Snapshot],
+    hours: frozenset[datetime],
+) -> ModelRun:
+    versions = {p: s.version for p, s in pinned.items()}
+    if not hours:
+        return _state_only(lake, model, output, versions)
+    recomputed = evaluate(spark, graph, model.name, hour_reader(lake, pinned, hours))
+    stray = (
+        f"{model.file}: partition_by='hour' but the recomputed hours produced a row of another "
+        "hour; its hour column must be date_trunc('hour', event_time) of the input rows it "
+        "comes from"
+    )
+    checked = recomputed.withColumn(  # fails the write, so nothing is committed
+        HOUR, F.when(in_hours(HOUR, hours), F.col(HOUR)).otherwise(F.raise_error(F.lit(stray)))
+    )
+    units = spark.createDataFrame([(h,) for h in sorted(hours)], f"{HOUR} timestamp")
+    version = replace(
+        lake, output, checked, units, [HOUR], hour_files(output, hours),
+        txns=state_txns(model, output, versions),
+        metadata=_metadata(model, "incremental", versions, len(hours)),
+    )
+    return ModelRun(model.name, "incremental", f"{len(hours)} hour(s) recomputed", versions,
+                    version, output.version, len(hours))
+
+
+def _keys(
+    lake: Lake,
+    spark: SparkSession,
+    graph: ModelGraph,
+    model: Model,
+    output: Snapshot,
+    read: Reader,
+    versions: Mapping[str, int],
+    rows: DataFrame,
+    changes: Mapping[str, DataFrame],
+) -> ModelRun:
+    keys = model.config.unique_key
+    units = touched_keys(spark, graph, model.name, read, changes, keys).persist()
+    try:
+        candidates, touched = key_files(output, units, keys)
+        if not touched:
+            return _state_only(lake, model, output, versions)
+        recomputed = rows.join(units, matching(rows, units, keys), "left_semi")
+        version = replace(
+            lake, output, recomputed, units, keys, candidates,
+            txns=state_txns(model, output, versions),
+            metadata=_metadata(model, "incremental", versions, touched),
+        )
+    finally:
+        units.unpersist()
+    return ModelRun(model.name, "incremental", f"{touched} key(s) recomputed", versions, version,
+                    output.version, touched)
+
+
+def model_rows(lake: Lake, spark: SparkSession, model: Model, run: ModelRun) -> DataFrame:
+    """The rows a run left: the temporary view, or the table at the version the run wrote."""
+    if not model.stored:
+        return spark.table(model.name)
+    return lake.read(lake.snapshot(model.path, run.version))

@@ -1,0 +1,68 @@
+"""Where an incremental model's progress is kept: in its own table's commits.
+
+Every commit to ``views/<name>`` carries Delta application transactions:
+
+- ``lakelog.view:<name>@<input path>`` — the version of that input the table now reflects;
+- ``lakelog.view:<name>#sql`` — a fingerprint of the model's SQL and key, so an edited model is
+  rebuilt instead of mixing old and new logic;
+- ``lakelog.view:<name>`` — the table version the run was planned on (plus one), so two runs
+  planned on the same version conflict and one fails without writing.
+
+The progress is thus committed atomically with the rows it describes: no crash can leave the
+table ahead of or behind its recorded input versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from lakelog.lake import AppTxn, Snapshot
+from lakelog.views.models import Model
+
+APP = "lakelog.view"
+
+
+def _input_app(model: Model, path: str) -> str:
+    return f"{APP}:{model.name}@{path}"
+
+
+def _sql_app(model: Model) -> str:
+    return f"{APP}:{model.name}#sql"
+
+
+def fingerprint(model: Model) -> int:
+    """60 bits of a hash of what the table's rows depend on: the SQL, the key, the partitioning."""
+    source = "\n".join(
+        [model.template, ",".join(model.config.unique_key), str(model.config.partition_by)]
+    )
+    return int(hashlib.sha256(source.encode()).hexdigest()[:15], 16)
+
+
+def state_txns(model: Model, output: Snapshot, versions: Mapping[str, int]) -> list[AppTxn]:
+    """The application transactions a commit of `model` planned on `output` carries."""
+    return [
+        AppTxn(f"{APP}:{model.name}", output.version + 1),
+        AppTxn(_sql_app(model), fingerprint(model)),
+        *(AppTxn(_input_app(model, path), version) for path, version in sorted(versions.items())),
+    ]
+
+
+def load_state(
+    output: Snapshot, model: Model, versions: Mapping[str, int]
+) -> tuple[dict[str, int] | None, str]:
+    """The input versions `output` reflects, or None and why it must be rebuilt from scratch."""
+    sql = output.txn_version(_sql_app(model))
+    if sql is None:
+        return None, "first run"
+    if sql != fingerprint(model):
+        return None, "the model's SQL or key changed"
+    state = {}
+    for path, current in versions.items():
+        done = output.txn_version(_input_app(model, path))
+        if done is None:
+            return None, f"{path} is a new input"
+        if done > current:
+            return None, f"{path} was recreated (its version went back from {done} to {current})"
+        state[path] = done
+    return state, "changes since the last run"

@@ -1,0 +1,82 @@
+"""Quality checks in Dagster: a blocking topic check stops the models downstream of the topic in
+the same run, and a model's warning check reports what GX found without stopping anything."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+from pyspark.sql import functions as F
+from shop_records import order
+
+from lakelog.assets.quality import topic_check
+from lakelog.assets.topics import topic_asset
+from lakelog.assets.views import lakelog_tables, view_definitions
+from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.demo.shop_cdc import COMPACTED, SHOP
+from lakelog.quality import names
+
+MODELS = Path(__file__).parents[2] / "dbt_like_views"
+ORDERS = TOPICS["orders"]
+ORDERS_KEY = dg.AssetKey(["log", "orders"])
+CLV = dg.AssetKey(["views", "customer_lifetime_value"])
+INVENTORY = dg.AssetKey(["views", "inventory_remaining"])
+COUNTED = datetime(2026, 1, 5, 0, 0, tzinfo=timezone.utc)
+
+
+def write_table(lake, spark, name: str, rows: list[tuple]) -> None:
+    output = COMPACTED[name].output
+    lake.create_table(output.path, output.schema)
+    lake.write(lake.snapshot(output.path), spark.createDataFrame(rows, output.schema))
+
+
+def test_a_failing_topic_check_blocks_the_models_downstream(shop_lake, resources, land, spark):
+    write_table(shop_lake, spark, "customers", [
+        (1, "ann", "ann@shop", "NL", COUNTED, "01", "c", False, COUNTED),
+    ])
+    write_table(shop_lake, spark, "inventory", [
+        ("p1", "north", 5, COUNTED, "02", "c", False, COUNTED),  # the orders take 2 + 2: fine
+        ("p2", "north", 1, COUNTED, "03", "c", False, COUNTED),  # the orders take 1 + 3: oversold
+    ])
+    land("orders", "b.ndjson", [order("o7", "u-000001", [("p1", 2, 5.0), ("p2", 3, 5.0)], 20)])
+    tables = lakelog_tables({**TOPICS, **SHOP.changelogs}, {**CONSUMERS, **SHOP.consumers})
+    tables["streams/search_clicks"] = dg.AssetKey(["streams", "search_clicks"])
+    models = {a.key: a for a in view_definitions(MODELS, tables)}
+    run = [topic_asset(ORDERS), topic_check(ORDERS), models[CLV], models[INVENTORY]]
+
+    passing = dg.materialize(run, resources=resources)
+    assert passing.success
+    [check] = [e for e in passing.get_asset_check_evaluations() if e.asset_key == ORDERS_KEY]
+    assert check.passed and check.check_name == names.TOPIC_CHECK
+    materialized = {e.asset_key for e in passing.get_asset_materialization_events()}
+    assert {CLV, INVENTORY} <= materialized
+    [ann] = shop_lake.read(shop_lake.snapshot("views/customer_lifetime_value")).collect()
+    assert (ann.customer_id, ann.orders, float(ann.lifetime_value)) == (1, 1, 25.0)
+
+    # The view's range check warns about the oversold product, with GX's findings.
+    warnings = {e.check_name: e for e in passing.get_asset_check_evaluations()
+                if e.asset_key == INVENTORY}
+    ranges = warnings[names.VALUE_RANGES]
+    assert not ranges.passed and ranges.severity == dg.AssetCheckSeverity.WARN
+    [found] = ranges.metadata["results"].value
+    assert found["expectation"] == "expect_column_values_to_be_between"
+    assert (found["arguments"]["column"], found["arguments"]["min_value"]) == ("remaining", 0)
+    assert found["unexpected_count"] == 1 and found["unexpected_sample"] == [-3]
+    assert ranges.metadata["failed_expectations"].value == ["expect_column_values_to_be_between"]
+
+    # A record with a duplicate offset and no key gets into the log behind lakelog's back.
+    log = shop_lake.read(shop_lake.snapshot(ORDERS.path))
+    shop_lake.write(shop_lake.snapshot(ORDERS.path),
+                    log.limit(1).withColumn("key", F.lit(None).cast("string")))
+
+    blocked = dg.materialize(run, resources=resources, raise_on_error=False)
+    [check] = [e for e in blocked.get_asset_check_evaluations() if e.asset_key == ORDERS_KEY]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert set(check.metadata["failed_expectations"].value) == {
+        "expect_column_values_to_not_be_null", "expect_compound_columns_to_be_unique",
+    }
+    assert check.metadata["unexpected_count"].value == 3  # one null key, two rows of one offset
+    materialized = {e.asset_key for e in blocked.get_asset_materialization_events()}
+    assert ORDERS_KEY in materialized and not {CLV, INVENTORY} & materialized
+

@@ -1,0 +1,124 @@
+"""SQL models as Dagster assets: their graph at definitions load, runs with full refresh and
+hourly partitions, and a model whose SQL Spark rejects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from pyspark.sql import functions as F
+
+from lakelog.assets.partitions import HOURLY
+from lakelog.assets.quality import quality_checks
+from lakelog.assets.views import default_models_dir, lakelog_tables, view_definitions
+from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.demo.shop_cdc import SHOP
+from lakelog.log import append
+from lakelog.quality import names
+from lakelog.resources import build_resources
+from lakelog.views import ModelError
+
+MODELS = Path(__file__).parents[2] / "dbt_like_views"
+TABLES = {
+    **lakelog_tables({**TOPICS, **SHOP.changelogs}, {**CONSUMERS, **SHOP.consumers}),
+    "streams/search_clicks": dg.AssetKey(["streams", "search_clicks"]),
+}
+
+
+def key(name: str) -> dg.AssetKey:
+    return dg.AssetKey(["views", name])
+
+
+def test_every_model_is_an_asset_depending_on_its_refs():
+    assets = {a.key: a for a in view_definitions(MODELS, TABLES)}
+    assert default_models_dir() == MODELS
+    funnel = assets[key("product_funnel_hourly")]
+    assert set(funnel.asset_deps[funnel.key]) == {
+        dg.AssetKey(["log", t]) for t in ("page_views", "cart_events", "orders")
+    }
+    assert funnel.partitions_def == HOURLY
+    assert funnel.group_names_by_key[funnel.key] == "funnel"
+    description = funnel.specs_by_key[funnel.key].description
+    assert "incremental model" in description and "```sql" in description
+    assert "FROM {{ ref('log/orders') }} LATERAL VIEW explode(items) AS item" in description
+    assert {c.name for c in funnel.check_specs} == {
+        names.VALUE_RANGES, names.ROW_COUNT_CHANGE, names.UNIQUE_KEY,
+    }
+    assert not any(c.blocking for c in funnel.check_specs)
+
+    top = assets[key("top_products_last_hour")]
+    assert set(top.asset_deps[top.key]) == {key("product_funnel_hourly")}
+    assert top.partitions_def is None
+    clv = assets[key("customer_lifetime_value")]
+    assert set(clv.asset_deps[clv.key]) == {dg.AssetKey(["log", "orders"]),
+                                            dg.AssetKey(["tables", "customers"])}
+    inventory = assets[key("inventory_remaining")]
+    assert inventory.specs_by_key[inventory.key].kinds == {"spark"}  # a view stores nothing
+    assert {a.group_names_by_key[k] for a in assets.values() for k in a.keys} == {
+        "funnel", "products", "customers", "search", "inventory",
+    }
+
+    checks = quality_checks(TOPICS, [SHOP])
+    defs = dg.Definitions(assets=list(assets.values()), asset_checks=checks,
+                          resources=build_resources("local"))
+    defs.resolve_all_job_defs()  # the models and checks form one valid asset graph
+    specs = {s.asset_key.to_user_string(): s for c in checks for s in c.check_specs}
+    assert specs["log/orders"].name == names.TOPIC_CHECK
+    assert specs["log/cdc.customers"].name == names.TOPIC_CHECK
+    assert specs["tables/customers"].name == names.COMPACTED_CHECK
+    assert specs["history/customers"].name == names.HISTORY_CHECK
+    assert len(specs) == len(checks) == len(TOPICS) + 3 * len(SHOP.tables)
+    assert all(s.blocking for s in specs.values())
+
+
+def test_a_bad_model_fails_definitions_load_naming_its_file(tmp_path):
+    (tmp_path / "a.sql").write_text("SELECT * FROM {{ ref('b') }}")
+    (tmp_path / "b.sql").write_text("SELECT * FROM {{ ref('log/nowhere') }}")
+    with pytest.raises(ModelError, match=f"^{tmp_path / 'b.sql'}: unknown ref 'log/nowhere'"):
+        view_definitions(tmp_path, TABLES)
+
+
+def test_partitioned_runs_full_refresh_and_spark_errors(shop_lake, resources, tmp_path):
+    (tmp_path / "hourly").mkdir()
+    (tmp_path / "hourly" / "views_hourly.sql").write_text(
+        "{{ config(materialized='incremental', unique_key=['hour', 'product_id'],"
+        " partition_by='hour') }}\n"
+        "SELECT date_trunc('HOUR', event_time) AS hour, product_id, count(*) AS views\n"
+        "FROM {{ ref('log/page_views') }} WHERE product_id IS NOT NULL GROUP BY 1, 2"
+    )
+    (tmp_path / "broken.sql").write_text(
+        "{{ config(materialized='table') }}\nSELECT no_such_column FROM {{ ref('log/orders') }}"
+    )
+    assets = {a.key: a for a in view_definitions(tmp_path, TABLES)}
+    hourly = [assets[key("views_hourly")]]
+    hour = "2026-01-05-08:00"
+
+    def metadata(result):
+        [event] = result.get_asset_materialization_events()
+        return {k: v.value for k, v in event.materialization.metadata.items()}
+
+    first = metadata(dg.materialize(hourly, resources=resources, partition_key=hour))
+    assert (first["mode"], first["reason"], first["dagster/row_count"]) == ("full", "first run", 2)
+
+    late = shop_lake.read(shop_lake.snapshot("log/page_views")).where("event_id = 'v1'")
+    append(shop_lake, TOPICS["page_views"], lambda snapshot: (
+        late.drop("partition", "offset").withColumn("event_id", F.lit("v9")), {}
+    ), order_by=["event_id"])
+    second = metadata(dg.materialize(hourly, resources=resources, partition_key=hour))
+    assert (second["mode"], second["touched"]) == ("incremental", 1)
+    table = shop_lake.read(shop_lake.snapshot("views/views_hourly"))
+    views = {r.product_id: r.views for r in table.collect()}
+    assert views == {"p1": 3, "p2": 2}
+
+    refresh = dg.RunConfig({"views__views_hourly": {"config": {"full_refresh": True}}})
+    rebuilt = metadata(dg.materialize(hourly, resources=resources, partition_key=hour,
+                                      run_config=refresh))
+    assert (rebuilt["mode"], rebuilt["reason"]) == ("full", "full refresh requested")
+
+    failed = dg.materialize([assets[key("broken")]], resources=resources, raise_on_error=False)
+    assert not failed.success
+    [failure] = failed.get_step_failure_events()
+    message = failure.step_failure_data.user_failure_data.description
+    assert message.startswith(f"ModelRunError: {tmp_path / 'broken.sql'}: Spark could not run")
+    assert "no_such_column" in message and "UNRESOLVED_COLUMN" in message

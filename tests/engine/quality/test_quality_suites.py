@@ -1,0 +1,179 @@
+"""Great Expectations suites on tables lakelog wrote: they pass on sound tables and report,
+with samples, what is wrong with damaged ones."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakelog.demo.shop import TOPICS
+from lakelog.demo.shop_cdc import COMPACTED, HISTORY
+from lakelog.log import append
+from lakelog.quality import names
+from lakelog.quality.suites import (
+    compacted_suite,
+    history_suite,
+    model_suites,
+    row_count_bounds,
+    topic_suite,
+)
+from lakelog.quality.validate import validate
+from lakelog.views.parse import parse_model
+
+T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
+
+
+def failed(outcome) -> dict[str, object]:
+    return {f.expectation: f for f in outcome.failures}
+
+
+def append_page_views(lake, spark, topic, count: int) -> None:
+    """`count` records appended by the log itself: log partition by key, offsets from its heads."""
+    rows = [
+        {"key": f"u-{i % 3}", "event_id": f"v{i}", "event_time": T0 + timedelta(seconds=i),
+         "user_id": f"u-{i % 3}", "session_id": "s", "page": "home", "product_id": None,
+         "device_time": T0, "sent_time": T0, "received_time": T0, "headers": {},
+         "ingest_time": T0}
+        for i in range(count)
+    ]
+    schema = T.StructType([f for f in topic.table_schema.fields
+                           if f.name not in ("partition", "offset")])
+    records = spark.createDataFrame(rows, schema)
+    append(lake, topic, lambda snapshot: (records, {}), order_by=["event_id"])
+
+
+def test_topic_suite_finds_damage_in_a_written_topic(lake, spark):
+    """(A sound topic passing the suite: tests/dagster/test_quality_checks.py.)"""
+    topic = TOPICS["page_views"]
+    append_page_views(lake, spark, topic, 8)
+    table = lake.read(lake.snapshot(topic.path))
+    row = table.orderBy("partition", "offset").first()
+    head = table.where(F.col("partition") == row.partition).count()
+    damage = (
+        table.where((F.col("partition") == row.partition) & (F.col("offset") == 0))
+        .withColumn("key", F.lit(None).cast("string"))  # a duplicate offset without a key
+        .unionByName(table.where((F.col("partition") == row.partition) & (F.col("offset") == 0))
+                     .withColumn("offset", F.lit(head + 2).cast("long")))  # two offsets skipped
+    )
+    lake.write(lake.snapshot(topic.path), damage)
+    [damaged] = validate(lake.read(lake.snapshot(topic.path)), [topic_suite(topic)])
+    assert damaged.blocking and damaged.suite == names.TOPIC_CHECK
+    assert len(damaged.results) == len(topic.table_schema.fields) + 5  # the rest passed
+    found = failed(damaged)
+    assert set(found) == {
+        "expect_column_values_to_not_be_null", "expect_compound_columns_to_be_unique",
+        "unexpected_rows_expectation",
+    }
+    assert found["expect_column_values_to_not_be_null"].arguments == {"column": "key"}
+    assert found["expect_column_values_to_not_be_null"].unexpected_sample == (
+        {"partition": row.partition, "offset": 0, "key": None},
+    )
+    duplicate = found["expect_compound_columns_to_be_unique"]
+    assert duplicate.unexpected_count == 2
+    assert {"partition": row.partition, "offset": 0} in duplicate.unexpected_sample
+    gap = found["unexpected_rows_expectation"]
+    assert gap.unexpected_count == 1 and gap.success is False
+    assert gap.unexpected_sample == (
+        {"partition": row.partition, "previous_offset": head - 1, "offset": head + 2},
+    )
+
+
+def test_compacted_topic_suite_allows_gaps():
+    suite = topic_suite(TOPICS["orders"])
+    changelog = topic_suite(next(iter(COMPACTED.values())).topic)
+    queries = [e for e in suite.expectations if e.expectation_type == "unexpected_rows_expectation"]
+    assert len(queries) == 1
+    assert not [e for e in changelog.expectations
+                if e.expectation_type == "unexpected_rows_expectation"]
+
+
+def test_a_topic_with_struct_columns_matches_its_own_schema(spark):
+    """GX lists a struct's fields as columns of their own (``after.name``); the schema
+    expectation of a Debezium-shaped changelog topic must expect them."""
+    topic = next(iter(COMPACTED.values())).topic
+    [outcome] = validate(spark.createDataFrame([], topic.table_schema), [topic_suite(topic)])
+    assert outcome.success, failed(outcome)
+    [columns] = [e for e in topic_suite(topic).expectations
+                 if e.expectation_type == "expect_table_columns_to_match_ordered_list"]
+    assert "after.customer_id" in columns.column_list
+    shuffled = T.StructType(list(reversed(topic.table_schema.fields)))
+    [wrong] = validate(spark.createDataFrame([], shuffled), [topic_suite(topic)])
+    assert "expect_table_columns_to_match_ordered_list" in failed(wrong)
+
+
+def customer_rows(spark, table, rows):
+    return spark.createDataFrame(rows, table.output.schema)
+
+
+def test_compacted_suite_requires_a_unique_primary_key(lake, spark):
+    table = COMPACTED["customers"]
+    lake.create_table(table.path, table.output.schema)
+
+    def row(key: int, name: str, position: str):
+        return (key, name, f"{name}@x", "NL", T0, position, "c", False, T0)
+
+    rows = [row(1, "a", "01"), row(2, "b", "02"), row(2, "b2", "03")]
+    lake.write(lake.snapshot(table.path), customer_rows(spark, table, rows))
+    [damaged] = validate(lake.read(lake.snapshot(table.path)), [compacted_suite(table)])
+    assert damaged.blocking and damaged.suite == names.COMPACTED_CHECK
+    [duplicate] = damaged.failures
+    assert duplicate.expectation == "expect_column_values_to_be_unique"
+    assert duplicate.arguments == {"column": "customer_id"}
+    assert duplicate.unexpected_count == 2
+    assert {(r["customer_id"], r["_position"]) for r in duplicate.unexpected_sample} == {
+        (2, "02"), (2, "03"),
+    }
+
+
+def test_history_suite_requires_one_current_row_and_disjoint_intervals(lake, spark):
+    table = HISTORY["customers"]
+    t1, t2 = T0 + timedelta(hours=1), T0 + timedelta(hours=2)
+
+    def version(key, name, start, end, current, position):
+        return (key, name, None, None, T0, start, end, current, position, "u", False, start)
+
+    # Customer 1's versions are sound; customer 2 has two current versions that overlap.
+    rows = [version(1, "a", T0, t1, False, "01"), version(1, "b", t1, None, True, "02"),
+            version(2, "c", T0, None, True, "03"), version(2, "d", t2, None, True, "04")]
+    lake.create_table(table.path, table.output.schema)
+    lake.write(lake.snapshot(table.path), customer_rows(spark, table, rows))
+    [damaged] = validate(lake.read(lake.snapshot(table.path)), [history_suite(table)])
+    assert damaged.blocking and damaged.suite == names.HISTORY_CHECK
+    found = failed(damaged)
+    current = found["expect_column_values_to_be_unique"]
+    assert current.arguments["row_condition"]["pass_through_filter"] == "is_current"
+    assert current.unexpected_count == 2
+    assert {r["customer_id"] for r in current.unexpected_sample} == {2}
+    overlap = found["unexpected_rows_expectation"]
+    assert overlap.unexpected_count == 1
+    [sample] = overlap.unexpected_sample
+    assert (sample["customer_id"], sample["valid_to"]) == (2, None)
+    assert sample["next_valid_from"] is not None
+
+
+@pytest.mark.parametrize(("previous", "change", "bounds"),
+                         [(100, 1.0, (50, 200)), (10, 0.5, (6, 15)), (3, 2.0, (1, 9))])
+def test_row_count_bounds_are_a_factor_either_way(previous, change, bounds):
+    assert row_count_bounds(previous, change) == bounds
+
+
+def test_model_suites_follow_the_config_header():
+    model = parse_model(
+        "{{ config(materialized='incremental', unique_key='id', ranges={'n': (0, 5)},"
+        " row_count_change=1.0) }}\nSELECT 1 AS id, 2 AS n",
+        name="m", file="m.sql", folder="f",
+    )
+    suites = {s.name: s for s in model_suites(model, previous_rows=40)}
+    assert set(suites) == set(names.model_checks(model)) == {
+        names.VALUE_RANGES, names.ROW_COUNT_CHANGE, names.UNIQUE_KEY,
+    }
+    assert not any(s.blocking for s in suites.values())
+    [between] = suites[names.VALUE_RANGES].expectations
+    assert (between.column, between.min_value, between.max_value) == ("n", 0, 5)
+    [count] = suites[names.ROW_COUNT_CHANGE].expectations
+    assert (count.min_value, count.max_value) == (20, 80)
+    first = {s.name: s for s in model_suites(model, previous_rows=0)}
+    assert first[names.ROW_COUNT_CHANGE].expectations == ()

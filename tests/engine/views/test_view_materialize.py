@@ -1,0 +1,225 @@
+"""Running models: views, tables, and incremental runs that equal a full refresh."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+from view_helpers import (
+    START,
+    append,
+    cart_add,
+    customer,
+    demo_graph,
+    order,
+    recomputed,
+    stored,
+    view,
+    write_customers,
+)
+
+from lakelog.demo.shop_joins import SEARCH_CLICKS
+from lakelog.lake import EmbeddedLake
+from lakelog.views import ModelRunError, evaluate, load_models, model_rows, run_model
+
+FUNNEL = "product_funnel_hourly"
+CLV = "customer_lifetime_value"
+
+
+def test_incremental_demo_models_equal_a_full_refresh_after_many_microbatches(lake, spark):
+    """The hourly funnel recomputes the hours, customer lifetime value the customers, that each
+    microbatch touched; afterwards both tables equal what a full refresh computes."""
+    graph = demo_graph()
+
+    def run(name, **options):
+        return run_model(lake, spark, graph, name, **options)
+
+    write_customers(lake, spark, [customer(1, "ann", position=1), customer(2, "bob", position=2)])
+    append(lake, spark, "page_views", [view("u-000001", "p1", 0), view("u-000002", "p2", 0),
+                                       view("u-000003", None, 0)])
+    append(lake, spark, "cart_events", [cart_add("u-000001", "p1", 0, quantity=3)])
+    append(lake, spark, "orders", [order("o1", "u-000001", [("p1", 2), ("p2", 1)], 0),
+                                   order("o2", "u-000009", [("p2", 1)], 0),
+                                   order("o3", "guest", [("p2", 1)], 0)])
+    assert [run(FUNNEL).reason, run(CLV).reason] == ["first run", "first run"]
+
+    # Hour 1 begins, and late events arrive for hour 0.
+    append(lake, spark, "page_views", [view("u-000004", "p1", 1),
+                                       view("u-000005", "p1", 0, minute=59)])
+    append(lake, spark, "orders", [order("o4", "u-000002", [("p1", 1)], 1),
+                                   order("o5", "u-000002", [("p2", 4)], 0)])
+    funnel, clv = run(FUNNEL), run(CLV)
+    assert (funnel.mode, funnel.touched) == ("incremental", 2)  # hours 0 and 1
+    assert (clv.mode, clv.touched) == ("incremental", 1)  # customer 2
+
+    # Customer 1 is renamed, 2 deleted, and 9, who ordered before, created; a cart event starts
+    # hour 3, and hour 1 is backfilled.
+    write_customers(lake, spark, [customer(1, "anne", position=3),
+                                  customer(2, "bob", position=4, deleted=True),
+                                  customer(9, "zoe", position=5)])
+    append(lake, spark, "cart_events", [cart_add("u-000006", "p3", 3)])
+    funnel, clv = run(FUNNEL, hours=[START + timedelta(hours=1)]), run(CLV)
+    assert (funnel.mode, funnel.touched) == ("incremental", 2)  # hours 1 and 3
+    assert (clv.mode, clv.touched) == ("incremental", 3)  # customers 1, 2 and 9
+
+    assert run(FUNNEL).mode == run(CLV).mode == "unchanged"
+
+    for name in (FUNNEL, CLV):
+        assertDataFrameEqual(stored(lake, name), recomputed(lake, spark, graph, name))
+    rows = {(r.product_id, int((r.hour.astimezone(START.tzinfo) - START) / timedelta(hours=1))): r
+            for r in stored(lake, FUNNEL).collect()}
+    assert set(rows) == {("p1", 0), ("p2", 0), ("p1", 1), ("p3", 3)}
+    p1 = rows[("p1", 0)]
+    assert (p1.views, p1.cart_adds, p1.orders, p1.units_sold) == (2, 1, 1, 2)
+    assert (p1.view_to_cart_rate, p1.cart_to_order_rate) == (0.5, 1.0)
+    assert (rows[("p2", 0)].orders, rows[("p2", 0)].units_sold) == (4, 7)
+    customers = {r.customer_id: (r.name, r.orders, float(r.lifetime_value))
+                 for r in stored(lake, CLV).collect()}
+    assert customers == {1: ("anne", 1, 7.5), 9: ("zoe", 1, 2.5)}
+
+
+class CrashingLake(EmbeddedLake):
+    """A lake whose next write fails before (or right after) its commit, or that lets `rival`
+    run first."""
+
+    crash: str | None = None
+    rival: Callable[[], object] | None = None
+
+    def write(self, snapshot, df, **options):
+        when, self.crash = self.crash, None
+        if when == "before":
+            raise RuntimeError("crash before the commit")
+        if when == "race":
+            self.rival()
+        version = super().write(snapshot, df, **options)
+        if when == "after":
+            raise RuntimeError("crash after the commit")
+        return version
+
+
+def test_a_crash_neither_skips_nor_repeats_changes(lake, spark, tmp_path):
+    (tmp_path / "views_per_product.sql").write_text(
+        "{{ config(materialized='incremental', unique_key='product_id') }}\n"
+        "SELECT product_id, count(*) AS views FROM {{ ref('log/page_views') }} GROUP BY product_id"
+    )
+    graph = load_models(tmp_path, {"log/page_views"})
+    name = "views_per_product"
+    crashing = CrashingLake(spark, lake.root)
+    append(lake, spark, "page_views", [view("u1", "p1", 0), view("u2", "p2", 0)])
+    run_model(lake, spark, graph, name)
+    before = lake.snapshot(f"views/{name}").version
+
+    append(lake, spark, "page_views", [view("u3", "p1", 1)])
+    crashing.crash = "before"
+    with pytest.raises(RuntimeError, match="before"):
+        run_model(crashing, spark, graph, name)
+    assert lake.snapshot(f"views/{name}").version == before  # nothing committed
+    retry = run_model(lake, spark, graph, name)
+    assert (retry.mode, retry.touched) == ("incremental", 1)
+
+    append(lake, spark, "page_views", [view("u4", "p2", 1), view("u5", "p3", 1)])
+    crashing.crash = "after"
+    with pytest.raises(RuntimeError, match="after"):
+        run_model(crashing, spark, graph, name)
+    again = run_model(lake, spark, graph, name)
+    assert again.mode == "unchanged"  # the commit recorded its input versions with its rows
+    assert {r.product_id: r.views for r in stored(lake, name).collect()} == {
+        "p1": 2, "p2": 2, "p3": 1,
+    }
+
+    # Two runs planned on the same version: the one that commits second fails, writing nothing.
+    append(lake, spark, "page_views", [view("u6", "p3", 2)])
+    crashing.crash, crashing.rival = "race", lambda: run_model(lake, spark, graph, name)
+    with pytest.raises(ModelRunError, match="another writer committed to views/views_per_product"):
+        run_model(crashing, spark, graph, name)
+    assert {r.product_id: r.views for r in stored(lake, name).collect()}["p3"] == 2
+
+    # An edited model is rebuilt rather than mixing its old and new SQL.
+    model = tmp_path / f"{name}.sql"
+    model.write_text(model.read_text().replace("count(*)", "count(*) * 10"))
+    rebuilt = run_model(lake, spark, load_models(tmp_path, {"log/page_views"}), name)
+    assert (rebuilt.mode, rebuilt.reason) == ("full", "the model's SQL or key changed")
+    assert {r.product_id: r.views for r in stored(lake, name).collect()} == {
+        "p1": 20, "p2": 20, "p3": 20,
+    }
+
+
+def test_views_tables_and_their_errors(lake, spark, tmp_path):
+    (tmp_path / "named.sql").write_text(
+        "SELECT product_id, upper(product_id) AS label FROM {{ ref('log/page_views') }}\n"
+        "WHERE product_id IS NOT NULL"
+    )
+    (tmp_path / "labels.sql").write_text(
+        "{{ config(materialized='table') }}\n"
+        "SELECT label, count(*) AS n FROM {{ ref('named') }} GROUP BY label"
+    )
+    (tmp_path / "broken.sql").write_text(
+        "{{ config(materialized='table') }}\n\nSELECT nope FROM {{ ref('log/page_views') }}"
+    )
+    (tmp_path / "shifted.sql").write_text(
+        "{{ config(materialized='incremental', unique_key=['hour'], partition_by='hour') }}\n"
+        "SELECT date_trunc('HOUR', event_time) + INTERVAL 1 HOUR AS hour, count(*) AS n\n"
+        "FROM {{ ref('log/page_views') }} GROUP BY 1"
+    )
+    (tmp_path / "early.sql").write_text("SELECT * FROM {{ ref('log/orders') }}")
+    graph = load_models(tmp_path, {"log/page_views", "log/orders"})
+    append(lake, spark, "page_views",
+           [view("u1", "p1", 0), view("u2", "p1", 0), view("u3", None, 0)])
+
+    named = run_model(lake, spark, graph, "named")
+    assert named.mode == "view" and named.version is None
+    assert not lake.exists("views/named")
+    assert {r.label for r in spark.table("named").collect()} == {"P1"}  # a temporary view
+    labels = run_model(lake, spark, graph, "labels")
+    assert labels.mode == "full" and labels.inputs == {"log/page_views": 1}
+    written = model_rows(lake, spark, graph.models["labels"], labels)
+    assert [tuple(r) for r in written.collect()] == [("P1", 2)]
+
+    with pytest.raises(ModelRunError) as broken:
+        run_model(lake, spark, graph, "broken")
+    file = tmp_path / "broken.sql"
+    assert str(broken.value).startswith(f"{file}: Spark could not run the model: ")
+    assert "UNRESOLVED_COLUMN" in str(broken.value) and "line 3" in str(broken.value)
+
+    with pytest.raises(ModelRunError, match="input log/orders does not exist yet"):
+        run_model(lake, spark, graph, "early")
+
+    run_model(lake, spark, graph, "shifted")
+    append(lake, spark, "page_views", [view("u4", "p2", 2)])
+    with pytest.raises(ModelRunError, match="partition_by='hour' but the recomputed hours"):
+        run_model(lake, spark, graph, "shifted")
+
+
+def test_search_click_through_and_top_products_answer_their_questions(spark):
+    """The table models evaluated on small frames in their inputs' schemas (the search-click
+    join's output as `lakelog.demo.shop_joins` declares it)."""
+    graph = demo_graph()
+    searches = [  # q1: s1 clicked twice, s2 not at all; q2: s3 clicked once
+        ("s1", "q1", "shoes", "c1", "p1", 1, True), ("s1", "q1", "shoes", "c2", "p2", 3, True),
+        ("s2", "q1", "shoes", None, None, None, False), ("s3", "q2", "hats", "c3", "p9", 2, True),
+    ]
+    clicks = spark.createDataFrame(
+        [{"search_event_id": s, "query_id": q, "user_id": "u", "session_id": "x", "query": text,
+          "search_time": START, "click_event_id": c, "product_id": p, "position": pos,
+          "click_time": START if c else None, "clicked": clicked, "batch": 0, "hour": START}
+         for s, q, text, c, p, pos, clicked in searches],
+        SEARCH_CLICKS.output.schema,
+    )
+    ctr = evaluate(spark, graph, "search_ctr", lambda path: {"streams/search_clicks": clicks}[path])
+    assert {r.query: (r.searches, r.searches_with_click, r.clicks, r.click_through_rate,
+                      r.mean_click_position) for r in ctr.collect()} == {
+        "shoes": (2, 1, 2, 0.5, 2.0), "hats": (1, 1, 1, 1.0, 2.0),
+    }
+
+    hours = [START, START + timedelta(hours=1)]
+    funnel = spark.createDataFrame(
+        [(f"p{i}", hours[i % 2], i, 0, 0, 0, None, None) for i in range(24)],
+        "product_id string, hour timestamp, views long, cart_adds long, orders long, "
+        "units_sold long, view_to_cart_rate double, cart_to_order_rate double",
+    )
+    top = evaluate(spark, graph, "top_products_last_hour",
+                   lambda path: {"views/product_funnel_hourly": funnel}[path])
+    ranked = [(r.rank, r.product_id, r.views) for r in top.orderBy("rank").collect()]
+    assert ranked == [(n + 1, f"p{23 - 2 * n}", 23 - 2 * n) for n in range(10)]
