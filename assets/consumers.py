@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Optional
 import dagster as dg
 from pydantic import Field
 
+from lakelog import checkpoints
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.metadata import lag_table
 from lakelog.assets.naming import CONSUMER_TAG, consumer_pool, op_name, output_key, topic_key
@@ -15,6 +16,7 @@ from lakelog.consumers import Consumer, lag, run_until_caught_up
 from lakelog.errors import ConfigError
 from lakelog.resources import LakeResource
 from lakelog.topics import Topic
+from lakelog.watermarks import from_us
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -32,6 +34,21 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _rows(the_lake, path: str) -> int:
+    if not the_lake.exists(path):
+        return 0
+    return sum(f.num_records for f in the_lake.snapshot(path).files())
+
+
+def event_time_metadata(state: Mapping[str, object]) -> dict[str, dg.MetadataValue]:
+    """The watermark and greatest event time of a consumer that keeps them (windows, joins)."""
+    found = {}
+    for key, label in (("watermark_us", "watermark"), ("max_event_us", "max_event_time")):
+        if isinstance(state.get(key), int):
+            found[label] = dg.MetadataValue.timestamp(from_us(state[key]))
+    return found
+
+
 def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.AssetsDefinition:
     """One asset per output of `consumer`, all written by the same microbatches.
 
@@ -45,13 +62,17 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
         raise ConfigError(f"consumer {consumer.name} reads undeclared topics: {', '.join(missing)}")
     reads = {name: topics[name] for name in consumer.topics}
     deps = [topic_key(t) for t in consumer.topics]
+    deps += [dg.AssetKey(path.split("/")) for path in consumer.reads]
     specs = [
         dg.AssetSpec(
             output_key(o),
             deps=deps,
-            group_name=o.path.split("/")[0],  # streams, tables, history
+            group_name=o.path.split("/")[0].lstrip("_"),  # streams, tables, history, state
             kinds={"spark", "delta"},
-            description=f"Written by consumer {consumer.name} from {', '.join(consumer.topics)}.",
+            description=(
+                f"Written by consumer {consumer.name} from "
+                f"{', '.join((*consumer.topics, *consumer.reads))}."
+            ),
         )
         for o in consumer.outputs
     ]
@@ -71,6 +92,8 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
             o.path: the_lake.snapshot(o.path).version if the_lake.exists(o.path) else -1
             for o in consumer.outputs
         }
+        late_outputs = [o.path for o in consumer.outputs if o.path.endswith("_late")]
+        late_before = sum(_rows(the_lake, p) for p in late_outputs)
         with engine_errors():
             batches = run_until_caught_up(
                 the_lake, consumer, reads, now=_now, max_batches=config.max_batches
@@ -85,11 +108,21 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
             "lost_to_retention": sum(b.lost_to_retention for b in batches),
             "lag": lag_table(lags),
             "lag_total": sum(x.lag for x in lags),
+            **event_time_metadata(checkpoints.load(the_lake, consumer.name).state),
         }
+        snapshots = {
+            o.path: the_lake.snapshot(o.path) if the_lake.exists(o.path) else None
+            for o in consumer.outputs
+        }
+        rows = {
+            path: sum(f.num_records for f in snapshot.files()) if snapshot else 0
+            for path, snapshot in snapshots.items()
+        }
+        if late_outputs:
+            metadata["late_records"] = sum(rows[p] for p in late_outputs) - late_before
         for output in consumer.outputs:
-            snapshot = the_lake.snapshot(output.path) if the_lake.exists(output.path) else None
-            files = snapshot.files() if snapshot else []
-            extra = {"dagster/row_count": sum(f.num_records for f in files)}
+            snapshot = snapshots[output.path]
+            extra = {"dagster/row_count": rows[output.path]}
             if snapshot and "_deleted" in output.schema.fieldNames() and output.newer_by:
                 extra.update(
                     change_counts(the_lake, output.path, before[output.path] + 1, snapshot.version)

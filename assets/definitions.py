@@ -13,15 +13,21 @@ from lakelog.assets.cdc import capture_asset, reconciliation_check
 from lakelog.assets.consumers import consumer_asset, consumer_job
 from lakelog.assets.maintenance import maintenance_job
 from lakelog.assets.naming import capture_key, op_name
+from lakelog.assets.quality import quality_checks
+from lakelog.assets.replay import replay_asset
+from lakelog.assets.views import default_models_dir, lakelog_tables, view_definitions
 from lakelog.assets.topics import topic_asset
 from lakelog.captured import CapturedSource
 from lakelog.carts import CartAggregate
 from lakelog.consumers import Consumer
 from lakelog.demo.shop import CARTS, CONSUMERS, TOPICS
 from lakelog.demo.shop_cdc import SHOP
+from lakelog.demo.shop_joins import JOINS
+from lakelog.demo.shop_windows import WINDOWS
 from lakelog.resources import build_resources
 from lakelog.sensors import capture_sensor, landing_sensor, log_sensor, maintenance_schedule
 from lakelog.topics import Topic
+from lakelog.windows import WindowedAggregate
 
 
 def build_definitions(
@@ -30,6 +36,8 @@ def build_definitions(
     *,
     sources: Sequence[CapturedSource] = (),
     aggregates: Sequence[CartAggregate] = (),
+    windows: Sequence[WindowedAggregate] = (),
+    views_dir: str | None = None,
     resources: Mapping[str, Any] | None = None,
 ) -> dg.Definitions:
     """Everything Dagster needs for a declared pipeline; `resources` default to the local ones.
@@ -37,9 +45,17 @@ def build_definitions(
     Each captured source adds its capture asset and sensor, its changelog topics, the consumers
     of its compacted and history tables, and a reconciliation check per compacted table. Each
     cart aggregate (whose consumer is among `consumers`) adds its orders relay and replay check.
+    Each windowed aggregate adds its consumer and its hourly replay asset (the unit of backfill).
+    `views_dir` (a `dbt_like_views/` folder) adds one asset per SQL model; every topic, compacted
+    and history table gets its blocking data-quality checks.
     """
+    declared = dict(topics)
     topics = {**topics, **{n: t for s in sources for n, t in s.changelogs.items()}}
-    consumers = {**consumers, **{n: c for s in sources for n, c in s.consumers.items()}}
+    consumers = {
+        **consumers,
+        **{n: c for s in sources for n, c in s.consumers.items()},
+        **{w.consumer.name: w.consumer for w in windows},
+    }
     consumer_assets = {name: consumer_asset(c, topics) for name, c in consumers.items()}
     jobs = {name: consumer_job(consumers[name], a) for name, a in consumer_assets.items()}
     captures = {s.server_name: capture_asset(s.server_name, s.tables) for s in sources}
@@ -49,6 +65,7 @@ def build_definitions(
     }
     landed_by = {t: [capture_key(s.server_name)] for s in sources for t in s.changelogs}
     compacted = [t for s in sources for t in s.compacted.values()]
+    views = view_definitions(views_dir, lakelog_tables(topics, consumers)) if views_dir else []
     maintenance = maintenance_job(topics, consumers, compacted)
     return dg.Definitions(
         assets=[
@@ -56,8 +73,11 @@ def build_definitions(
             *(topic_asset(t, landed_by.get(t.name, ())) for t in topics.values()),
             *consumer_assets.values(),
             *(orders_relay_asset(a) for a in aggregates),
+            *(replay_asset(w, topics) for w in windows),
+            *views,
         ],
         asset_checks=[
+            *quality_checks(declared, sources),
             *(replay_check(a, topics) for a in aggregates),
             *(reconciliation_check(s.server_name, s.tables, table, s.compacted[table.name],
                                    s.consumer_of(table.name), topics)
@@ -75,4 +95,11 @@ def build_definitions(
     )
 
 
-defs = build_definitions(TOPICS, CONSUMERS, sources=[SHOP], aggregates=[CARTS])
+defs = build_definitions(
+    TOPICS,
+    {**CONSUMERS, **{j.consumer.name: j.consumer for j in JOINS.values()}},
+    sources=[SHOP],
+    aggregates=[CARTS],
+    windows=list(WINDOWS.values()),
+    views_dir=str(default_models_dir()),
+)

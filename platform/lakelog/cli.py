@@ -41,7 +41,18 @@ def _catalog() -> tuple[dict[str, Topic], dict[str, consumers.Consumer]]:
 
     topics = {**shop.TOPICS, shop.CARTS.orders_topic.name: shop.CARTS.orders_topic,
               **shop_cdc.CHANGELOGS}
-    return topics, {**shop.CONSUMERS, **shop_cdc.CONSUMERS}
+    return topics, {**shop.CONSUMERS, **shop_cdc.CONSUMERS, **_streams(with_joins=True)}
+
+
+def _streams(*, with_joins: bool) -> dict[str, consumers.Consumer]:
+    """The demo's windowed aggregates and (they read the shop database's tables) its joins."""
+    from lakelog.demo.shop_joins import JOINS
+    from lakelog.demo.shop_windows import WINDOWS
+
+    found = [w.consumer for w in WINDOWS.values()]
+    if with_joins:
+        found += [j.consumer for j in JOINS.values()]
+    return {c.name: c for c in found}
 
 
 def _topic(name: str) -> Topic:
@@ -102,6 +113,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
         progress=say,
         source_dsn=args.source_dsn,
         with_source=not args.no_source,
+        stream_consumers=[] if args.no_streams else list(
+            _streams(with_joins=not args.no_source).values()
+        ),
     )
     heads = "\n".join(f"  {name:<12} {head:>12,}" for name, head in summary.heads.items())
     lags = "\n".join(f"  {name:<12} {lag:>12,}" for name, lag in summary.lag.items())
@@ -270,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "else SQLite under the home)")
     demo.add_argument("--no-source", action="store_true",
                       help="events only: no shop database and no change data capture")
+    demo.add_argument("--no-streams", action="store_true",
+                      help="leave out the windowed aggregates and stream joins (streams/...)")
     demo.set_defaults(func=cmd_demo)
 
     compact = sub.add_parser("compact", parents=[common],

@@ -60,3 +60,44 @@ def test_asset_materialize_ingests_landing_files(homes):
     for row in log.select(["partition", "offset"]).to_pylist():
         offsets.setdefault(row["partition"], []).append(row["offset"])
     assert all(sorted(o) == list(range(len(o))) for o in offsets.values())
+
+
+@pytest.mark.slow
+def test_backfill_of_a_partition_range_replays_the_windows(homes):
+    """`--partition-range` runs the hourly replay of a window table as one run, from the log."""
+    home, lake = homes
+    landing = lake / "landing" / "page_views"
+    landing.mkdir(parents=True)
+    views = []
+    for i, hour in enumerate((8, 8, 9, 9, 9)):
+        view = page_view(f"e{i}", f"u{i % 2}", "p1")
+        for field in ("device_time", "sent_time", "received_time"):
+            view[field] = view[field].replace("T08:", f"T{hour:02d}:")
+        views.append(view)
+    (landing / "a.ndjson").write_text("".join(json.dumps(v) + "\n" for v in views))
+    live = "streams/product_views_10m"
+    consumed = dagster(
+        "asset", "materialize", "-m", "lakelog.assets.definitions",
+        "--select", f"log/page_views,{live},{live}_late",
+        home=home, lakelog_home=lake,
+    )
+    assert consumed.returncode == 0, consumed.stderr[-3000:]
+
+    replayed = dagster(
+        "asset", "materialize", "-m", "lakelog.assets.definitions",
+        "--select", "replays/product_views_10m",
+        "--partition-range", "2026-01-05-07:00...2026-01-05-09:00",
+        home=home, lakelog_home=lake,
+    )
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert "RUN_SUCCESS" in replayed.stderr
+    columns = ["product_id", "window_start", "window_end", "views"]
+    windows = [
+        DeltaTable(str(lake / path)).to_pyarrow_table().select(columns).sort_by(
+            [(c, "ascending") for c in columns]
+        ).to_pylist()
+        for path in (live, "replays/product_views_10m")
+    ]
+    # 10-minute windows every minute: 10 per view; two views at 08:00 and three at 09:00 (+1 s)
+    assert windows[0] == windows[1] and sum(w["views"] for w in windows[0]) == 50
+    assert {w["window_start"].hour for w in windows[1]} == {7, 8, 9}  # starts 07:51 to 09:00

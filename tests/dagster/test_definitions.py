@@ -28,10 +28,31 @@ def test_shop_definitions():
     capture = dg.AssetKey(["cdc", "shop"])
     carts = {dg.AssetKey(["streams", f"cart_{t}"])
              for t in ("state", "snapshots", "rejections", "orders")}
+    windows = {"revenue_per_minute", "product_views_10m", "order_value_rolling", "user_sessions"}
+    joins = {"search_clicks", "orders_enriched", "orders_as_of", "customer_orders"}
+    streams = {
+        *(dg.AssetKey(["streams", n]) for n in windows | joins),
+        *(dg.AssetKey(["streams", f"{n}_late"]) for n in windows | {"search_clicks"}),
+        dg.AssetKey(["streams", "customer_orders_rejected"]),
+        dg.AssetKey(["_state", "windows", "user_sessions"]),
+        dg.AssetKey(["_state", "joins", "search_clicks", "buffer"]),
+        *(dg.AssetKey(["replays", n]) for n in windows),
+    }
+    views = {dg.AssetKey(["views", n]) for n in (
+        "product_funnel_hourly", "top_products_last_hour", "customer_lifetime_value",
+        "search_ctr", "inventory_remaining")}
     assert graph.get_all_asset_keys() == (
-        topics | changelogs | tables | carts
+        topics | changelogs | tables | carts | streams | views
         | {capture, dg.AssetKey(["streams", "product_stats"]), dg.AssetKey(["log", "cart_orders"])}
     )
+    # A lookup join depends on the table it reads; a replay on the live windows and the log.
+    assert set(graph.get(dg.AssetKey(["streams", "orders_as_of"])).parent_keys) == {
+        dg.AssetKey(["log", "orders"]), dg.AssetKey(["history", "customers"])
+    }
+    assert set(graph.get(dg.AssetKey(["replays", "revenue_per_minute"])).parent_keys) == {
+        dg.AssetKey(["log", "orders"]), dg.AssetKey(["streams", "revenue_per_minute"])
+    }
+    assert graph.get(dg.AssetKey(["replays", "revenue_per_minute"])).partitions_def is not None
     assert set(graph.get(dg.AssetKey(["log", "cart_orders"])).parent_keys) == {
         dg.AssetKey(["streams", "cart_orders"])
     }
@@ -46,12 +67,15 @@ def test_shop_definitions():
     }
     assert {graph.get(k).group_name for k in tables} == {"tables", "history"}
     checks = {(c.asset_key, c.name) for c in graph.asset_check_keys}
-    assert checks == {(dg.AssetKey(["tables", t]), "matches_source")
-                      for t in ("customers", "products", "inventory")} | {
-        (dg.AssetKey(["streams", "cart_state"]), "replay_matches")}
+    assert {(dg.AssetKey(["tables", t]), "matches_source")
+            for t in ("customers", "products", "inventory")} | {
+        (dg.AssetKey(["streams", "cart_state"]), "replay_matches")} | {
+        (dg.AssetKey(["replays", n]), "matches_live") for n in windows} <= checks
+    assert {key for key, _ in checks} >= topics | tables  # quality checks
     assert {s.name for s in defs.sensors} == {
         "landing_zone", "offsets_product_stats", "offsets_aggregate_cart", "capture_shop",
         *(f"offsets_tables_{t}" for t in ("customers", "products", "inventory")),
+        *(f"offsets_window_{n}" for n in windows), *(f"offsets_join_{n}" for n in joins),
     }
     assert all(s.minimum_interval_seconds == 30 for s in defs.sensors)
     [schedule] = defs.schedules

@@ -103,9 +103,11 @@ def dismiss_welcome(page):
 
 def test_ui_shows_assets_sensors_and_schedule(dagster_dev, page):
     url, _ = dagster_dev
-    page.goto(f"{url}/assets")
+    page.goto(f"{url}/assets/streams")  # the catalog lists the folder's assets
     page.get_by_text("product_stats").first.wait_for(timeout=60_000)
     dismiss_welcome(page)
+    page.goto(f"{url}/assets/log")
+    page.get_by_text("page_views").first.wait_for(timeout=60_000)
     body = page.inner_text("body")
     for topic in ("page_views", "searches", "clicks", "cart_events", "orders"):
         assert topic in body

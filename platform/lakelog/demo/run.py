@@ -3,7 +3,8 @@
 Each of the workload's batches is landed (files already there are kept), ingested topic by topic,
 and consumed by every consumer until caught up. With a shop database, each batch also changes
 the database (inserts, updates, deletes) and its capture brings the changelogs, compacted and
-history tables up to date. Every step is exactly-once and resumable, so a
+history tables up to date. Then the stream consumers (windowed aggregates and joins, which read
+the changelogs and the customer tables too) catch up. Every step is exactly-once and resumable, so a
 run that was killed at any moment, run again with the same seed and home, finishes the remaining
 work and leaves the tables an uninterrupted run leaves.
 """
@@ -11,7 +12,7 @@ work and leaves the tables an uninterrupted run leaves.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -66,6 +67,7 @@ def run_demo(
     progress: Callable[[str], None] = lambda _: None,
     source_dsn: str | None = None,
     with_source: bool = True,
+    stream_consumers: Sequence[Consumer] = (),
 ) -> DemoSummary:
     started = time.perf_counter()
     summary = DemoSummary(workload.events, workload.seed, workload.batches)
@@ -75,6 +77,15 @@ def run_demo(
         shop_cdc.prepare(conn, dialect, seed=workload.seed)
         src = shop_cdc.source(lake.root, source_dsn)
         summary.source = src.connector
+    every_topic = {**topics, **shop_cdc.CHANGELOGS}
+
+    def catch_up(consumer: Consumer, reads: Mapping[str, Topic]) -> int:
+        """Microbatches with records (an idle tick, which only moves a watermark, is not one)."""
+        done = [r for r in consumers.run_until_caught_up(lake, consumer, reads, now=now) if r.records]
+        progress(f"  {consumer.name}: {len(done)} microbatches,"
+                 f" {sum(r.records for r in done)} records")
+        return len(done)
+
     for k in range(workload.batches):
         written = workload.write_batch(k, lake.root)
         summary.files_written += len(written)
@@ -95,9 +106,7 @@ def run_demo(
                 f" {result.duplicates} duplicates, {result.dead_letters} dead letters"
             )
         for consumer in consumer_list:
-            done = consumers.run_until_caught_up(lake, consumer, topics, now=now)
-            summary.microbatches += len(done)
-            progress(f"  {consumer.name}: {len(done)} microbatches, {sum(r.records for r in done)} records")
+            summary.microbatches += catch_up(consumer, topics)
         if any(c.name == shop.CARTS.consumer.name for c in consumer_list):
             published = publish_orders(lake, shop.CARTS, now=now())
             progress(f"  {published.orders} checkout orders published to cart_orders")
@@ -107,6 +116,8 @@ def run_demo(
             summary.microbatches += sum(synced.microbatches.values())
             progress(f"  capture: {synced.changes} change events, {synced.ingested} appended to"
                      " the changelogs")
+        for consumer in stream_consumers:
+            summary.microbatches += catch_up(consumer, every_topic)
     if conn is not None:
         conn.close()
     summary.landed = sum(workload.summary(k).lines for k in range(workload.batches))
@@ -115,6 +126,9 @@ def run_demo(
         summary.heads[name] = sum(s.head for s in states.values())
     for consumer in consumer_list:
         summary.lag[consumer.name] = sum(p.lag for p in consumers.lag(lake, consumer, topics))
+    for consumer in stream_consumers:
+        lags = consumers.lag(lake, consumer, every_topic)
+        summary.lag[consumer.name] = sum(p.lag for p in lags)
     if src is not None:
         for name, consumer in shop_cdc.CONSUMERS.items():
             lags = consumers.lag(lake, consumer, shop_cdc.CHANGELOGS)
