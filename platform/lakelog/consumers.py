@@ -18,7 +18,7 @@ A crash anywhere is followed by a retry that finishes the same batch: nothing lo
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -29,7 +29,7 @@ from pyspark.sql import types as T
 from lakelog import checkpoints
 from lakelog.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.errors import ConfigError, ConsumerBusyError
-from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, already_committed
 from lakelog.log import ensure_topic_table, offsets_for_time, partition_states, read_offsets, topic_snapshot
 from lakelog.merge import upsert
 from lakelog.topics import Topic
@@ -62,7 +62,8 @@ class BatchInput:
     `state` is the consumer's state as committed with the previous batch, `next_state` what the
     consumer's `advance` made of it for this batch (committed with it), and `now` the time the
     batch was planned: a retry sees the same time, so time-driven state (an idle watermark)
-    comes out the same.
+    comes out the same. `scratch` is working memory of this attempt that `advance` may fill for
+    `transform` (e.g. a pass over the records both need); it is never committed.
     """
 
     lake: Lake
@@ -72,6 +73,7 @@ class BatchInput:
     now: datetime | None = None
     state: Mapping[str, Any] = field(default_factory=dict)
     next_state: Mapping[str, Any] = field(default_factory=dict)
+    scratch: dict[str, Any] = field(default_factory=dict)
 
     def current(self, output: Output) -> DataFrame:
         return self.lake.read(self.outputs[output.path])
@@ -79,13 +81,21 @@ class BatchInput:
 
 @dataclass(frozen=True)
 class Changes:
-    """A keyed output's rows to upsert and the keys to delete, in one commit."""
+    """A keyed output's rows to upsert and the keys to delete, in one commit.
+
+    A transform that read the stored rows of every key it changes may name the `files` it read
+    them from, and about how many rows it upserts (`rows_hint`): the upsert then rewrites those
+    files without a pass of its own over `rows` (`lakelog.merge.upsert`'s `candidates`).
+    """
 
     rows: DataFrame
     deletes: DataFrame | None = None
+    files: Sequence[DataFile] | None = None
+    rows_hint: int | None = None
 
 
-Transform = Callable[[BatchInput], Mapping[str, DataFrame | Changes]]
+#: The batch's writes per output path; None: nothing to write (the commit still records the batch).
+Transform = Callable[[BatchInput], Mapping[str, DataFrame | Changes | None]]
 #: The consumer state to commit with a batch, from the batch's records and the previous state.
 Advance = Callable[[BatchInput], Mapping[str, Any]]
 #: Whether a consumer with no new records should still run an (empty) batch at `now`.
@@ -265,18 +275,21 @@ def _write_output(
     lake: Lake,
     snapshot: Snapshot,
     output: Output,
-    df: DataFrame | Changes,
+    df: DataFrame | Changes | None,
     txn: AppTxn,
     plan: Plan,
 ) -> None:
     """Commit against `snapshot`: if another run committed this batch since, this one fails."""
     metadata = {"lakelog.batch": {"batch": plan.batch, "records": plan.records}}
+    if df is None:  # nothing to write: commit the batch's transaction alone
+        lake.write(snapshot, None, txns=[txn], metadata=metadata)
+        return
     changes = df if isinstance(df, Changes) else Changes(df)
     if output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
-            rows_per_file=output.rows_per_file, deletes=changes.deletes, txns=[txn],
-            metadata=metadata,
+            rows_per_file=output.rows_per_file, deletes=changes.deletes,
+            candidates=changes.files, rows_hint=changes.rows_hint, txns=[txn], metadata=metadata,
         )
     elif changes.deletes is not None:
         raise ConfigError(f"output {output.path} has no keys, so nothing can be deleted from it")

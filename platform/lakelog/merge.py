@@ -18,6 +18,13 @@ from pyspark.sql import functions as F
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
 
 
+def overlapping(files: Sequence[DataFile], column: str, low: Any, high: Any) -> list[DataFile]:
+    """The files whose statistics of `column` overlap ``[low, high]`` (none if `low` is None)."""
+    if low is None:
+        return []
+    return [f for f in files if f.overlaps(column, low, high)]
+
+
 def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> list[DataFile]:
     """Files that may contain a key of `rows` (by min/max statistics of the first key column)."""
     files = snapshot.files()
@@ -25,9 +32,7 @@ def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) ->
         return []
     first = keys[0]
     bounds = rows.agg(F.min(first).alias("lo"), F.max(first).alias("hi")).first()
-    if bounds is None or bounds["lo"] is None:
-        return []
-    return [f for f in files if f.overlaps(first, bounds["lo"], bounds["hi"])]
+    return overlapping(files, first, bounds["lo"], bounds["hi"])
 
 
 def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -39,7 +44,8 @@ def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[st
 def clustered(df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int) -> DataFrame:
     """`df` (`rows` rows) split into files of about `rows_per_file` rows by range of the key."""
     files = max(1, math.ceil(rows / rows_per_file))
-    return df.repartitionByRange(files, *keys).sortWithinPartitions(*keys)
+    spread = df.coalesce(1) if files == 1 else df.repartitionByRange(files, *keys)
+    return spread.sortWithinPartitions(*keys)
 
 
 def upsert(
@@ -51,6 +57,8 @@ def upsert(
     newer_by: str | None = None,
     rows_per_file: int | None = None,
     deletes: DataFrame | None = None,
+    candidates: Sequence[DataFile] | None = None,
+    rows_hint: int | None = None,
     txns: Sequence[AppTxn] = (),
     metadata: Mapping[str, Any] | None = None,
 ) -> int:
@@ -61,13 +69,26 @@ def upsert(
     With `rows_per_file`, the rewritten files are clustered by key range.
     `deletes` (the key columns) are keys to remove in the same commit, e.g. session windows that
     a late event merged into one.
+
+    `candidates`, when the caller knows them, are files of `snapshot` holding every stored row
+    of the keys in `rows` and `deletes`, and `rows_hint` about how many rows `rows` has (to size
+    the files); the upsert then skips its own pass over `rows` to find the key range and count.
     """
     incoming = rows.select(*snapshot.schema.fieldNames()).persist()
     try:
-        touched = incoming.select(*keys)
-        if deletes is not None:
-            touched = touched.unionByName(deletes.select(*keys))
-        candidates = candidate_files(snapshot, touched, keys)
+        n = rows_hint
+        if candidates is None:
+            first = keys[0]
+            touched = incoming.select(first, F.lit(1).alias("_incoming"))
+            if deletes is not None:
+                touched = touched.unionByName(deletes.select(first, F.lit(0).alias("_incoming")))
+            # One pass finds the key range (the files to rewrite) and the incoming count.
+            found = touched.agg(
+                F.min(first).alias("lo"), F.max(first).alias("hi"),
+                F.coalesce(F.sum("_incoming"), F.lit(0)).alias("n"),
+            ).first()
+            candidates = overlapping(snapshot.files(), first, found["lo"], found["hi"])
+            n = found["n"]
         existing = lake.read(snapshot, files=candidates)
         if deletes is not None:
             existing = existing.join(deletes.select(*keys).distinct(), list(keys), "left_anti")
@@ -80,7 +101,7 @@ def upsert(
         kept = existing.join(winners.select(*keys), list(keys), "left_anti")
         merged = kept.unionByName(winners)
         if rows_per_file:
-            total = sum(f.num_records for f in candidates) + incoming.count()
+            total = sum(f.num_records for f in candidates) + (incoming.count() if n is None else n)
             merged = clustered(merged, keys, rows_per_file, total)
         return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata)
     finally:

@@ -4,11 +4,15 @@ Per microbatch (`lakelog.consumers.run_batch` does the plan, the writes and the 
 
 1. `advance` moves the watermark with the greatest event time of the batch's records (all of
    them, before `prepare` filters any), or with the wall clock when an idle tick runs an empty
-   batch; the state is committed with the batch, so a retry sees the same watermarks.
-2. `transform` reads only the stored windows the batch can change or finalize (`pruning`),
-   computes `step.apply_batch`, and returns the outputs in commit order: the late rows first,
-   then ``streams/<name>``, then (final mode) the state. The table the transform reads is
-   committed last, so a retry after a partial write recomputes from unchanged input.
+   batch; the state is committed with the batch, so a retry sees the same watermarks. Without
+   `prepare` the records are the events, and `advance` finds that time in the events' first
+   pass (`step.scan`), which `transform` then reuses.
+2. `transform` scans the events once (`step.scan`: their event-time span and, for tumbling and
+   hopping windows, the batch's partials), reads only the stored windows the batch can change or
+   finalize (`pruning`), computes `step.apply_batch`, and returns the outputs in commit order:
+   the late rows first (None, an empty commit, when the scan found none), then
+   ``streams/<name>``, then (final mode) the state. The table the transform reads is committed
+   last, so a retry after a partial write recomputes from unchanged input.
 
 Emit modes: ``update`` keeps every window in ``streams/<name>`` and revises it each batch.
 ``final`` keeps windows in ``_state/windows/<name>`` until the watermark passes their end and
@@ -18,7 +22,7 @@ final windows, since a correction merges into them (and is published again, with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial, reduce
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +31,18 @@ from pyspark.sql import functions as F
 
 from lakelog.consumers import BatchInput, Changes, Consumer
 from lakelog.errors import ConfigError
+from lakelog.lake import DataFile
 from lakelog.watermarks import from_us, watermark_of
 from lakelog.windows.frames import check_events
 from lakelog.windows.pruning import files_to_read
-from lakelog.windows.step import Update, apply_batch
+from lakelog.windows.step import Update, apply_batch, scan
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
+
+
+#: The `step.scan` of the batch's events, when `advance` made it (see `BatchInput.scratch`).
+SCANNED = "window.scanned"
 
 
 def build_consumer(agg: WindowedAggregate) -> Consumer:
@@ -59,57 +68,66 @@ def prepared(agg: WindowedAggregate, records: Mapping[str, DataFrame]) -> DataFr
 def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     if batch.now is None:
         raise ConfigError(f"windowed aggregate {agg.name}: a batch needs its planned time `now`")
-    times = reduce(DataFrame.unionByName, [r.select("event_time") for r in batch.records.values()])
-    top = times.agg(F.unix_micros(F.max("event_time")).alias("top")).first()
-    latest = None if top is None or top["top"] is None else from_us(top["top"])
+    if agg.prepare is None:  # the events are the records: scan them once, for both steps
+        scanned = scan(agg, prepared(agg, batch.records), watermark_before=watermark_of(batch.state))
+        batch.scratch[SCANNED] = scanned
+        latest_us = scanned.latest_us
+    else:
+        times = reduce(
+            DataFrame.unionByName, [r.select("event_time") for r in batch.records.values()]
+        )
+        latest_us = times.agg(F.unix_micros(F.max("event_time")).alias("top")).first()["top"]
+    latest = None if latest_us is None else from_us(latest_us)
     return agg.watermark.advance(batch.state, latest, batch.now)
 
 
-def _span(events: DataFrame) -> tuple[int, int] | None:
-    """The least and greatest event time of `events` in epoch microseconds (None if empty)."""
-    span = events.agg(
-        F.unix_micros(F.min("event_time")).alias("lo"),
-        F.unix_micros(F.max("event_time")).alias("hi"),
-    ).first()
-    return None if span is None or span["lo"] is None else (span["lo"], span["hi"])
-
-
-def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame | Changes]:
+def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame | Changes | None]:
     events = prepared(agg, batch.records)
     check_events(agg, events)
     before, after = watermark_of(batch.state), watermark_of(batch.next_state)
+    scanned = batch.scratch.get(SCANNED) or scan(agg, events, watermark_before=before)
     table = agg.state or agg.windows
     snapshot = batch.outputs[table.path]
     files = snapshot.files()
-    if files:  # an empty table needs no event-time bounds to be pruned
+    if files:
         files = files_to_read(
             agg,
             files,
-            events_us=_span(events),
+            events_us=scanned.span_us,
             watermark_before_us=batch.state.get("watermark_us"),
             watermark_after_us=batch.next_state.get("watermark_us"),
         )
     stored = batch.lake.read(snapshot, files=files)
     update = apply_batch(
-        agg, stored, events, watermark_before=before, watermark_after=after, batch=batch.batch
+        agg, stored, scanned, watermark_before=before, watermark_after=after, batch=batch.batch
     )
-    return outputs(agg, update)
+    return outputs(agg, update, read=files, rows_hint=scanned.windows)
 
 
-def outputs(agg: WindowedAggregate, update: Update) -> dict[str, DataFrame | Changes]:
-    """The batch's writes per table, by emit mode and late policy (in commit order)."""
-    late = {agg.late_records.path: update.late}
+def outputs(
+    agg: WindowedAggregate,
+    update: Update,
+    *,
+    read: Sequence[DataFile] | None = None,
+    rows_hint: int | None = None,
+) -> dict[str, DataFrame | Changes | None]:
+    """The batch's writes per table, by emit mode and late policy (in commit order).
+
+    `read` are the files of the table the batch read its stored windows from (the state in final
+    mode): they hold every stored window the batch changes, so its upsert rewrites just those.
+    """
+    late = {agg.late_records.path: update.late if update.may_have_late else None}
     if agg.state is None:
-        return {**late, agg.windows.path: Changes(update.rows, update.deletes)}
+        return {**late, agg.windows.path: Changes(update.rows, update.deletes, read, rows_hint)}
     rows = update.rows.localCheckpoint(eager=True)  # cut into two outputs; computed once
     final = rows.where(F.col("is_final"))
     if agg.late == "correct":
         published = Changes(final, update.deletes)
-        kept = Changes(rows, update.deletes)
+        kept = Changes(rows, update.deletes, read, rows_hint)
     else:
         gone = final.select(*agg.keys)
         if update.deletes is not None:
             gone = gone.unionByName(update.deletes.select(*agg.keys))
         published = Changes(final)
-        kept = Changes(rows.where(~F.col("is_final")), gone)
+        kept = Changes(rows.where(~F.col("is_final")), gone, read, rows_hint)
     return {**late, agg.windows.path: published, agg.state.path: kept}

@@ -2,8 +2,11 @@
 
 An event at ``t`` falls into the windows starting at ``floor(t / hop) * hop - k * hop`` for
 ``k < size / hop`` (one window when tumbling). A microbatch aggregates its events into partials
-per (window, group), merges them with the stored partials of exactly those windows, and upserts
-the result; windows the batch has no events for are not touched, except to mark them final.
+per (window, group) in one pass (`partials`, which also finds the batch's event-time span and
+whether any event is late or has no window), merges them with the stored partials of exactly
+those windows, and upserts the result; windows the batch has no events for are not touched,
+except to mark them final. Only a batch with late events reads its events a second time, to
+list them.
 """
 
 from __future__ import annotations
@@ -34,33 +37,57 @@ def assign(window: Fixed, events: DataFrame) -> DataFrame:
     return events.withColumn(START, start).withColumn(END, F.col(START) + F.lit(window.size_us))
 
 
+def partials(agg: WindowedAggregate, events: DataFrame) -> DataFrame:
+    """The batch's partials per (window, group), with the events' count (``_events``) and least
+    and greatest event time (``_lo_us``, ``_hi_us``): one pass over normalized `events`.
+
+    Events without a window (``_invalid`` set) are counted in rows whose ``_start_us`` is null.
+    """
+    groups = list(agg.group_names)
+    pairs = assign(agg.window, events)
+    windowed = F.when(F.col("_invalid").isNull(), F.col(START))
+    return pairs.withColumn(START, windowed).groupBy(START, *groups).agg(
+        *aggregated(agg),
+        F.count(F.lit(1)).alias("_events"),
+        F.min(T_US).alias("_lo_us"),
+        F.max(T_US).alias("_hi_us"),
+    )
+
+
 def step(
     agg: WindowedAggregate,
     stored: DataFrame,
-    events: DataFrame,
+    found: DataFrame,
+    events: DataFrame | None,
     *,
     watermark_before_us: int | None,
     watermark_after_us: int | None,
     batch: int,
-) -> tuple[DataFrame, DataFrame]:
-    """(changed windows in working form, late rows) for one batch of valid events.
+) -> tuple[DataFrame, DataFrame | None]:
+    """(changed windows in working form, late rows or None) for one batch.
 
-    Changed windows are those the events touch and the stored open ones the watermark passed
-    (made final, their revision unchanged). `stored` is the window table in working form (any
-    superset of the windows touched or due).
+    `found` is the batch's `partials`; `events` its normalized events, needed only to list the
+    late ones (None when `found` has no window that was final before the batch). Changed windows
+    are those the events touch and the stored open ones the watermark passed (made final, their
+    revision unchanged). `stored` is the window table in working form (any superset of the
+    windows touched or due).
     """
     window = agg.window
     assert isinstance(window, (Tumbling, Hopping))
     groups = list(agg.group_names)
-    pairs = assign(window, events)
-    is_late = final_at(F.col(END), watermark_before_us)
-    late = pairs.where(is_late)
-    late_out = late_rows(
-        agg, late, reason=window_closed(watermark_before_us),
-        policy=agg.late, watermark_us=watermark_before_us, batch=batch,
-    )
-    applied = pairs if agg.late == "correct" else pairs.where(~is_late)
-    new = applied.groupBy(START, *groups).agg(*aggregated(agg)).select(
+    found = found.where(F.col(START).isNotNull())
+    late_out = None
+    if events is not None:
+        pairs = assign(window, events.where(F.col("_invalid").isNull()))
+        late_out = late_rows(
+            agg, pairs.where(final_at(F.col(END), watermark_before_us)),
+            reason=window_closed(watermark_before_us),
+            policy=agg.late, watermark_us=watermark_before_us, batch=batch,
+        )
+        if agg.late == "drop":
+            found = found.where(~final_at(F.col(START) + F.lit(window.size_us),
+                                          watermark_before_us))
+    new = found.select(
         START, *groups, *partial_names(agg), F.lit(None).cast("int").alias("revision"),
         F.lit(None).cast("boolean").alias("is_final"), F.lit(1).alias("_new"),
     )

@@ -1,11 +1,16 @@
 """One microbatch of a windowed aggregate as a pure DataFrame computation, and the batch form.
 
 `apply_batch` takes the stored windows (any superset of those the batch can touch: the consumer
-passes only the files that may hold them), the batch's prepared events and the watermark before
-and after the batch, and returns what to write: the changed windows, the keys of windows to
-delete (sessions absorbed by a merge) and the late rows. Besides the windows the events change,
-windows that the watermark passed in this batch become final (``is_final`` set) even when no
-event touched them.
+passes only the files that may hold them), the batch's prepared events (or their `scan`) and the
+watermark before and after the batch, and returns what to write: the changed windows, the keys
+of windows to delete (sessions absorbed by a merge) and the late rows. Besides the windows the
+events change, windows that the watermark passed in this batch become final (``is_final`` set)
+even when no event touched them.
+
+`scan` is the batch's first pass over its events: their event-time span, which the consumer
+needs to choose the stored files to read, and for tumbling and hopping windows the batch's
+partials themselves (kept, so the events are read once) and whether any event is late or has
+no window (so a batch without such events does not read its events again to list them).
 
 `batch_windows` is the same computation over all events at once, with nothing stored and nothing
 late: what a replay of the retained log computes, and what the incremental result must equal.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
@@ -22,9 +28,9 @@ from pyspark.sql import functions as F
 
 from lakelog.watermarks import to_us
 from lakelog.windows import fixed, late, sessions, sliding
-from lakelog.windows.frames import finish, from_table, normalize, ts
-from lakelog.windows.kinds import Session, Sliding
-from lakelog.windows.tables import window_schema
+from lakelog.windows.frames import START, T_US, final_at, finish, from_table, normalize, ts
+from lakelog.windows.kinds import Hopping, Session, Sliding, Tumbling
+from lakelog.windows.tables import late_schema, window_schema
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
@@ -32,31 +38,95 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Update:
-    """What one microbatch writes: window rows to upsert, window keys to delete, late rows."""
+    """What one microbatch writes: window rows to upsert, window keys to delete, late rows.
+
+    `may_have_late` is False when the batch is known to have no late rows (`late` is empty).
+    """
 
     rows: DataFrame
     deletes: DataFrame | None
     late: DataFrame
+    may_have_late: bool = True
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """A batch's normalized events and what the first pass over them found (see `scan`).
+
+    `span_us` is the least and greatest event time of the events that have a window (None: no
+    such event), `latest_us` the greatest event time of all events (what moves the watermark). `partials` (tumbling and hopping windows) are `fixed.partials` of the events.
+    `any_late` / `any_invalid`: whether an event falls into a window final before the batch / has
+    no window (True when the pass did not find out). `windows`: how many (window, group) rows
+    the partials have (None when not known).
+    """
+
+    events: DataFrame
+    span_us: tuple[int, int] | None
+    latest_us: int | None
+    partials: DataFrame | None = None
+    any_late: bool = True
+    any_invalid: bool = True
+    windows: int | None = None
 
 
 def _us(moment: datetime | None) -> int | None:
     return None if moment is None else to_us(moment)
 
 
+def scan(agg: WindowedAggregate, events: DataFrame, *, watermark_before: datetime | None) -> Scanned:
+    """The batch's first pass over `events` (prepared): see `Scanned`."""
+    normalized = normalize(agg, events)
+    if not isinstance(agg.window, (Tumbling, Hopping)):
+        valid = F.col("_invalid").isNull()
+        span = normalized.agg(
+            F.min(F.when(valid, F.col(T_US))).alias("lo"),
+            F.max(F.when(valid, F.col(T_US))).alias("hi"),
+            F.max(T_US).alias("latest"),
+        ).first()
+        return Scanned(
+            normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"]
+        )
+    found = fixed.partials(agg, normalized).localCheckpoint(eager=True)
+    windowed = F.col(START).isNotNull()
+    end = F.col(START) + F.lit(agg.window.size_us)
+    facts = found.agg(
+        F.min(F.when(windowed, F.col("_lo_us"))).alias("lo"),
+        F.max(F.when(windowed, F.col("_hi_us"))).alias("hi"),
+        F.max(windowed & final_at(end, _us(watermark_before))).alias("late"),
+        F.max(~windowed).alias("invalid"),
+        F.max("_hi_us").alias("latest"),
+        F.count(F.when(windowed, F.lit(1))).alias("windows"),
+    ).first()
+    return Scanned(
+        normalized,
+        None if facts["lo"] is None else (facts["lo"], facts["hi"]),
+        facts["latest"],
+        partials=found,
+        any_late=bool(facts["late"]),
+        any_invalid=bool(facts["invalid"]),
+        windows=facts["windows"],
+    )
+
+
 def apply_batch(
     agg: WindowedAggregate,
     stored: DataFrame,
-    events: DataFrame,
+    events: DataFrame | Scanned,
     *,
     watermark_before: datetime | None,
     watermark_after: datetime | None,
     batch: int,
 ) -> Update:
     """The windows, deletions and late rows of one microbatch (see the module docstring)."""
+    scanned = events if isinstance(events, Scanned) else scan(
+        agg, events, watermark_before=watermark_before
+    )
     before, after = _us(watermark_before), _us(watermark_after)
-    normalized = normalize(agg, events)
+    normalized = scanned.events
     valid = normalized.where(F.col("_invalid").isNull())
-    invalid = late.invalid_rows(agg, normalized, watermark_us=before, batch=batch)
+    late_parts = []
+    if scanned.any_invalid:
+        late_parts.append(late.invalid_rows(agg, normalized, watermark_us=before, batch=batch))
     working = from_table(agg, stored)
     options = {"watermark_before_us": before, "watermark_after_us": after, "batch": batch}
     deletes = None
@@ -65,13 +135,22 @@ def apply_batch(
     elif isinstance(agg.window, Sliding):
         changed, late_rows = sliding.step(agg, working, valid, **options)
     else:
-        changed, late_rows = fixed.step(agg, working, valid, **options)
+        assert scanned.partials is not None
+        changed, late_rows = fixed.step(
+            agg, working, scanned.partials, normalized if scanned.any_late else None, **options
+        )
+    if late_rows is not None:
+        late_parts.append(late_rows)
     rows = finish(agg, changed, batch=batch)
     if isinstance(agg.window, (Session, Sliding)) and after is not None and after != before:
         # Fixed windows find these in their merge; sliding and session rows are recomputed
         # from a range of stored rows, so the open ones the watermark passed are found here.
         rows = rows.unionByName(_newly_final(agg, stored, rows, deletes, after, batch))
-    return Update(rows=rows, deletes=deletes, late=invalid.unionByName(late_rows))
+    if late_parts:
+        late_out = reduce(DataFrame.unionByName, late_parts)
+    else:
+        late_out = normalized.sparkSession.createDataFrame([], late_schema(agg))
+    return Update(rows=rows, deletes=deletes, late=late_out, may_have_late=bool(late_parts))
 
 
 def _newly_final(

@@ -14,7 +14,7 @@ import pytest
 from engine_helpers import BASE, record
 
 from lakelog import checkpoints, consumers, ingest
-from lakelog.lake import EmbeddedLake
+from lakelog.lake import AppTxn, EmbeddedLake, already_committed
 from lakelog.watermarks import Watermark, watermark_of
 from lakelog.windows import Count, Session, Sum, Tumbling, WindowedAggregate
 
@@ -46,6 +46,10 @@ def test_update_mode_late_records_and_idle_ticks(spark, lake, topic, now):
     produce(lake, spark, topic, [record(0, seconds=0), record(1, seconds=20),
                                  record(3, seconds=70), record(4, seconds=100)], now)
     consumers.run_batch(lake, consumer, topics, now=now)
+    # Nothing was late: the late table's commit records the batch (a retry skips it), no rows.
+    late_table = lake.snapshot(agg.late_records.path)
+    assert already_committed(late_table, AppTxn(consumer.app_id, 0))
+    assert late_table.files() == []
     # The watermark is 10:01:11, so [10:00, 10:01) is final and e6 (10:00:11) is late for it.
     produce(lake, spark, topic, [record(6, seconds=10), record(9, seconds=160)], now + SECOND)
     consumers.run_batch(lake, consumer, topics, now=now + SECOND)

@@ -21,6 +21,8 @@ from lakelog.windows import (
     apply_batch,
     batch_windows,
 )
+from lakelog.watermarks import to_us
+from lakelog.windows.step import scan
 from lakelog.windows.tables import window_schema
 
 MINUTE = timedelta(minutes=1)
@@ -67,6 +69,25 @@ def test_tumbling_aggregations_and_records_without_a_window(spark):
         "e6": ("group-by column g is null", "drop", None),
         "e7": ("event_time is null", "drop", None),
     }
+
+
+def test_the_first_pass_finds_span_lateness_and_records_without_a_window(spark):
+    agg = WindowedAggregate("w", ("t",), Hopping(size=MINUTE, hop=timedelta(seconds=30)),
+                            (Count("n"),), group_by=("g",))
+    rows = [("e1", 50, "a", 1.0, "u"), ("e2", 100, "b", 1.0, "u"), ("e3", 130, None, 1.0, "u")]
+    clean = scan(agg, events(spark, rows[:2]), watermark_before=at(30))
+    # e1 (12:00:50) is in [12:00:00, 12:01:00) and [12:00:30, 12:01:30): neither is final yet.
+    assert (clean.span_us, clean.latest_us) == ((to_us(at(50)), to_us(at(100))), to_us(at(100)))
+    assert (clean.any_late, clean.any_invalid, clean.windows) == (False, False, 4)
+    dirty = scan(agg, events(spark, rows), watermark_before=at(60))
+    assert (dirty.any_late, dirty.any_invalid, dirty.latest_us) == (True, True, to_us(at(130)))
+    assert dirty.span_us == (to_us(at(50)), to_us(at(100)))  # e3 has no window
+    empty = scan(agg, events(spark, []), watermark_before=None)
+    assert (empty.span_us, empty.latest_us, empty.any_late, empty.windows) == (
+        None, None, False, 0)
+    update = apply_batch(agg, spark.createDataFrame([], window_schema(agg)), clean,
+                         watermark_before=at(30), watermark_after=at(100), batch=0)
+    assert not update.may_have_late and update.late.isEmpty()
 
 
 def test_hopping_windows_match_sparks_window_function(spark):
