@@ -33,6 +33,10 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.sql.codegen.cache.maxEntries": "2000",
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.hadoop.parquet.summary.metadata.level": "NONE",
+    # PySpark 4 otherwise records the Python call site of every Column function for error
+    # messages: several JVM round trips per call, a quarter of a windowed microbatch's driver
+    # time. Spark's own error (with the plan) is still raised; only the Python line is left out.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J.as_uri()}",
 }
 
