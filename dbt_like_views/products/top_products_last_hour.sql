@@ -1,9 +1,9 @@
 {{ config(materialized='table', ranges={'rank': (1, 10), 'views': (0, None)}) }}
--- The ten most viewed products of the latest hour of event time in the funnel (ties broken by
--- orders, then product id). "Latest" is the newest hour with data, not the wall clock, so a
--- replay of old events gives the same answer.
+-- The ten most viewed products of the last complete hour of event time in the funnel (ties
+-- broken by orders, then product id): the hour before the newest one, which is still filling.
+-- Event time, not the wall clock, so a replay of old events gives the same answer.
 WITH latest AS (
-    SELECT max(hour) AS hour FROM {{ ref('product_funnel_hourly') }}
+    SELECT max(hour) - INTERVAL 1 HOUR AS hour FROM {{ ref('product_funnel_hourly') }}
 ),
 ranked AS (
     SELECT f.hour, f.product_id, f.views, f.cart_adds, f.orders, f.units_sold,

@@ -31,3 +31,7 @@ class ConcurrentWriteError(LakelogError):
 
 class ConsumerBusyError(LakelogError):
     """A microbatch of the consumer is in progress, so its offsets cannot be changed now."""
+
+
+class ChangesUnavailableError(LakelogError):
+    """A table's change feed for the asked versions is gone (files vacuumed, log expired)."""

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 from pyspark.sql.types import StructType
 
-from lakelog.errors import LakelogError
+from lakelog.errors import ChangesUnavailableError
 
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -38,7 +38,7 @@ def _log_actions(fs: pafs.FileSystem, table_fs_path: str, version: int) -> Itera
         with fs.open_input_stream(log_file) as stream:
             text = stream.read().decode()
     except FileNotFoundError as exc:
-        raise LakelogError(
+        raise ChangesUnavailableError(
             f"version {version} of {table_fs_path} is no longer in the Delta log "
             "(log retention removed it); its change feed cannot be read"
         ) from exc
@@ -88,7 +88,7 @@ def read_changes(
         return empty
     for change in changes:
         if fs.get_file_info(f"{table_fs_path}/{change.path}").type == pafs.FileType.NotFound:
-            raise LakelogError(
+            raise ChangesUnavailableError(
                 f"the change feed of version {change.version} needs {change.path}, which was "
                 "vacuumed; read changes from a later version"
             )

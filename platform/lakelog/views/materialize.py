@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakelog.errors import ConfigError
+from lakelog.errors import ChangesUnavailableError, ConfigError
 from lakelog.lake import Lake, Snapshot
 from lakelog.views.errors import ModelRunError
 from lakelog.views.evaluate import Reader, evaluate, spark_errors
@@ -116,9 +116,12 @@ def run_model(
         state, reason = load_state(output, model, versions)
         if state is None:
             return _full(lake, model, everything(), versions, reason)
-        changes = {
-            p: changed_rows(lake, p, state[p], v) for p, v in versions.items() if v > state[p]
-        }
+        try:
+            changes = {
+                p: changed_rows(lake, p, state[p], v) for p, v in versions.items() if v > state[p]
+            }
+        except ChangesUnavailableError as gone:  # e.g. vacuumed since the last run
+            return _full(lake, model, everything(), versions, f"rebuilt: {gone}")
         if not changes and not hours:
             return ModelRun(name, "unchanged", "no input changed since the last run", versions,
                             output.version, output.version, 0)

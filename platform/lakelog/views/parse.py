@@ -78,7 +78,7 @@ def _tags(text: str, file: str) -> Iterator[_Tag]:
 def _literal(node: ast.expr, file: str, line: int, what: str) -> Any:
     try:
         return ast.literal_eval(node)
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, RecursionError):
         raise ModelError(
             f"{file}: line {line}: {what} must be a literal, not {ast.unparse(node)!r}"
         ) from None
@@ -91,7 +91,7 @@ def _ref(tag: _Tag, file: str) -> str:
     name = _literal(call.args[0], file, tag.line, "a ref")
     if not isinstance(name, str):
         raise ModelError(f"{file}: line {tag.line}: ref needs a string, not {name!r}")
-    if not (NAME.match(name) or TABLE_PATH.match(name)) or ".." in name:
+    if not (NAME.fullmatch(name) or TABLE_PATH.fullmatch(name)) or ".." in name:
         raise ModelError(
             f"{file}: line {tag.line}: ref({name!r}) is neither a model name (letters, digits, "
             f"_) nor a lakelog table path <kind>/<name> with kind one of {', '.join(TABLE_KINDS)}"
@@ -229,7 +229,7 @@ def _without_comments(sql: str) -> str:
 
 
 def check_name(value: str, *, file: str, what: str) -> str:
-    if not NAME.match(value):
+    if not NAME.fullmatch(value):
         raise ModelError(
             f"{file}: {what} {value!r} may use only letters, digits and _ (it becomes a table "
             "path and a Dagster asset key)"

@@ -69,6 +69,8 @@ def test_defaults_to_a_view_and_keeps_sql_without_refs_as_is():
         ("{{ config(row_count_change=0.5) }}\nSELECT 1", "a view keeps no previous version"),
         ("{{ config(materialized='table', ranges={'x': (2, 1)}) }}\nSELECT 1", "low > high"),
         ("{{ config(materialized='table', ranges=['x']) }}\nSELECT 1", "ranges must map"),
+        ("{{ config(materialized='table', ranges={['x']: (0, 1)}) }}\nSELECT 1",
+         "must be a literal"),  # unhashable: literal_eval raises TypeError
         ("SELECT 1\n{{ config(materialized='table') }}", "line 2: config(...) must come first"),
         ("{{ config() }}\n-- only a comment", "no SQL after its config"),
         ("SELECT * FROM {{ source('a', 'b') }}", "unknown tag \"source('a', 'b')\""),
@@ -134,6 +136,7 @@ def test_inputs_of_a_model_reach_through_view_models(tmp_path):
           "c.sql": "SELECT * FROM {{ ref('a') }}"}, "a.sql", "dependency cycle: "),
         ({"a.sql": "SELECT * FROM {{ ref('a') }}"}, "a.sql", "dependency cycle: "),
         ({"my-model.sql": "SELECT 1"}, "my-model.sql", "model name 'my-model' may use only"),
+        ({"abc\n.sql": "SELECT 1"}, "abc\n.sql", "model name 'abc\\n' may use only"),
         ({"my dir/a.sql": "SELECT 1"}, "my dir/a.sql", "folder 'my dir' may use only"),
         ({"a.sql": "\udcff"}, "a.sql", "not UTF-8 text"),
     ],
