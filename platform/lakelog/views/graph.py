@@ -8,7 +8,7 @@ model nor a known lakelog table, two files with the same model name, or a depend
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lakelog.views.errors import ModelError
@@ -103,7 +103,12 @@ def _ordered(models: Mapping[str, Model]) -> dict[str, Model]:
             if ref in models:
                 visit(ref)
         visiting.pop()
-        done[name] = models[name]
+        inlined: dict[str, None] = {}
+        for ref in models[name].refs:
+            view = done.get(ref)
+            if view is not None and not view.stored:
+                inlined.update(dict.fromkeys((*view.inlined, view.template)))
+        done[name] = replace(models[name], inlined=tuple(inlined))
 
     for name in models:
         visit(name)

@@ -59,6 +59,9 @@ class Model:
     template: str
     refs: tuple[str, ...]
     config: ModelConfig
+    #: The templates of the view models this model reads through (their SQL is inlined into
+    #: its query), set when the graph is loaded: editing one changes what this model computes.
+    inlined: tuple[str, ...] = ()
 
     @property
     def path(self) -> str:

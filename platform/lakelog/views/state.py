@@ -3,8 +3,8 @@
 Every commit to ``views/<name>`` carries Delta application transactions:
 
 - ``lakelog.view:<name>@<input path>`` — the version of that input the table now reflects;
-- ``lakelog.view:<name>#sql`` — a fingerprint of the model's SQL and key, so an edited model is
-  rebuilt instead of mixing old and new logic;
+- ``lakelog.view:<name>#sql`` — a fingerprint of the model's SQL (with that of the view models
+  it inlines) and key, so an edited model is rebuilt instead of mixing old and new logic;
 - ``lakelog.view:<name>`` — the table version the run was planned on (plus one), so two runs
   planned on the same version conflict and one fails without writing.
 
@@ -32,10 +32,12 @@ def _sql_app(model: Model) -> str:
 
 
 def fingerprint(model: Model) -> int:
-    """60 bits of a hash of what the table's rows depend on: the SQL, the key, the partitioning."""
-    source = "\n".join(
-        [model.template, ",".join(model.config.unique_key), str(model.config.partition_by)]
-    )
+    """60 bits of a hash of what the table's rows depend on: the SQL (its own and that of the
+    view models it inlines), the key, the partitioning."""
+    source = "\n".join([
+        model.template, *model.inlined, ",".join(model.config.unique_key),
+        str(model.config.partition_by),
+    ])
     return int(hashlib.sha256(source.encode()).hexdigest()[:15], 16)
 
 

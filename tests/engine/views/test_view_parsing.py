@@ -8,6 +8,7 @@ from view_helpers import MODELS, TABLES, demo_graph
 from lakelog.views import ModelError, load_models
 from lakelog.views.graph import ROOT_GROUP
 from lakelog.views.parse import parse_model
+from lakelog.views.state import fingerprint
 
 
 def parse(text: str):
@@ -121,6 +122,13 @@ def test_inputs_of_a_model_reach_through_view_models(tmp_path):
     assert graph.inputs("top") == ("log/orders", "views/mid")
     assert graph.models["base"].folder == ROOT_GROUP
     assert graph.models["top"].folder == "a_b"
+    # The view's SQL is part of what its readers compute: editing it must rebuild them.
+    assert graph.models["top"].inlined == (graph.models["base"].template,)
+    assert graph.models["mid"].inlined == (graph.models["base"].template,)
+    write(tmp_path, {"base.sql": "SELECT * FROM {{ ref('log/orders') }} WHERE x > 10"})
+    edited = load_models(tmp_path, {"log/orders"})
+    assert fingerprint(edited.models["mid"]) != fingerprint(graph.models["mid"])
+    assert fingerprint(edited.models["base"]) != fingerprint(graph.models["base"])
 
 
 @pytest.mark.parametrize(
