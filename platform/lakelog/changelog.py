@@ -14,6 +14,9 @@ from it, at ingest, the columns the rest of lakelog works with:
 - ``change_id`` — position and key, the event id (a re-landed change is a duplicate);
 - ``commit_time`` — the source's commit time (``source.ts_ms``), the event time.
 
+Decimal, timestamp and date columns may come in any of Debezium's encodings of them (base64
+``precise`` decimals, epoch timestamps and dates: `lakelog.debezium`) besides lakelog's own.
+
 Change events that break the envelope's rules (unknown op, a create without ``after``, a delete
 without ``before``, no position) are dead letters, like any malformed record.
 """
@@ -31,6 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Consumer, Output
+from lakelog.debezium import row_decoder
 from lakelog.errors import ConfigError
 from lakelog.topics import Compaction, Derived, EventTime, Retention, Rule, Topic
 
@@ -131,9 +135,11 @@ def changelog_topic(
         Rule("no source position: needs source.lsn or source.seq",
              lambda r: F.coalesce(r["source"]["lsn"], r["source"]["seq"]).isNotNull()),
     )
+    decoders = tuple(d for d in (row_decoder("before", row), row_decoder("after", row)) if d)
     return Topic(
         name or f"cdc.{table}",
         schema,
+        decoders=decoders,
         key="pk",
         partitions=partitions,
         event_id="change_id",

@@ -31,16 +31,28 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
     Blank lines are not records and are dropped; every other line comes out exactly once.
     """
     schema = T.StructType(
-        [T.StructField(f.name, f.dataType) for f in topic.schema.fields]
+        [T.StructField(f.name, f.dataType) for f in topic.wire_schema.fields]
         + [T.StructField(CORRUPT, T.StringType())]
     )
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    parsed = lines.where(F.trim(F.col("value")) != "")
     typed = F.from_json("value", schema, options)
+    undecodable: list[Column] = []
+    if topic.decoders:  # each step its own column: the expressions refer to, not repeat, it
+        parsed = parsed.withColumn("_wire", typed)
+        wire = typed = F.col("_wire")
+        for d in topic.decoders:
+            typed = typed.withField(d.field, d.decode(wire[d.field]))
+        parsed = parsed.withColumn("_decoded", typed)
+        typed = F.col("_decoded")
+        undecodable = [d.problem(wire[d.field], typed[d.field]) for d in topic.decoders]
     for d in topic.derived:
         typed = typed.withField(d.name, d.expr(typed).cast(d.type))
-    parsed = lines.where(F.trim(F.col("value")) != "").withColumn("_typed", typed)
+    parsed = parsed.withColumn("_typed", typed)
     typed = F.col("_typed")
-    broken = [(~F.coalesce(rule.holds(typed), F.lit(False)), rule.message) for rule in topic.rules]
+    broken = [(~F.coalesce(rule.holds(typed), F.lit(False)), F.lit(rule.message))
+              for rule in topic.rules]
+    broken += [(problem.isNotNull(), problem) for problem in undecodable]
     suspect = typed[CORRUPT].isNotNull()
     for name in topic.required_fields:
         suspect = suspect | typed[name].isNull()
@@ -57,11 +69,11 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
             checks.append(
                 (F.element_at(raw, name).isNull(), F.lit(f"missing required field '{name}'"))
             )
-    for field in topic.schema.fields:
+    for field, wire in zip(topic.schema.fields, topic.wire_schema.fields):
         raw_value = F.element_at(raw, field.name)
         wrong = typed[field.name].isNull()
-        if isinstance(field.dataType, T.StructType):  # a nested mismatch leaves a partial struct
-            nested = T.StructType([*field.dataType.fields, T.StructField(CORRUPT, T.StringType())])
+        if isinstance(wire.dataType, T.StructType):  # a nested mismatch leaves a partial struct
+            nested = T.StructType([*wire.dataType.fields, T.StructField(CORRUPT, T.StringType())])
             wrong = wrong | F.from_json(raw_value, nested, options)[CORRUPT].isNotNull()
         checks.append(
             (
@@ -72,10 +84,11 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
                 ),
             )
         )
-    checks += [(condition, F.lit(message)) for condition, message in broken]
+    checks += broken
     checks += [(typed[name].isNull(), F.lit(f"cannot derive '{name}'")) for name in derived]
     checks.append((F.lit(True), F.lit("record does not match the topic schema")))
-    return parsed.withColumn("error", F.when(suspect, _first_error(checks)))
+    parsed = parsed.withColumn("error", F.when(suspect, _first_error(checks)))
+    return parsed.drop("_wire", "_decoded") if topic.decoders else parsed
 
 
 INGEST_TIME = "_ingest_time"

@@ -84,6 +84,21 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Decoder:
+    """A field that arrives in another form than its schema type and is decoded at ingest.
+
+    The field is parsed from JSON as `wire`; `decode` turns that into the schema's type and
+    `problem`, given the wire and the decoded value, says what is wrong with a value that did not
+    decode (null when nothing is): such a record is a dead letter with that message.
+    """
+
+    field: str
+    wire: T.DataType
+    decode: Callable[[Column], Column]
+    problem: Callable[[Column, Column], Column]
+
+
+@dataclass(frozen=True)
 class Topic:
     name: str
     schema: T.StructType
@@ -100,6 +115,8 @@ class Topic:
     derived: tuple[Derived, ...] = ()
     #: Conditions beyond the schema; a record that breaks one is dead-lettered.
     rules: tuple[Rule, ...] = ()
+    #: Fields parsed in a wire form and decoded to their schema type (e.g. Debezium encodings).
+    decoders: tuple[Decoder, ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -146,6 +163,15 @@ class Topic:
             required += [n for n in (self.time.event, self.time.sent, self.time.received) if n]
         required += [f.name for f in self.schema.fields if not f.nullable]
         return list(dict.fromkeys(required))
+
+    @property
+    def wire_schema(self) -> T.StructType:
+        """The schema records are parsed with: the schema, decoded fields in their wire form."""
+        wire = {d.field: d.wire for d in self.decoders}
+        return T.StructType([
+            T.StructField(f.name, wire.get(f.name, f.dataType), f.nullable)
+            for f in self.schema.fields
+        ])
 
     @property
     def payload_fields(self) -> list[T.StructField]:

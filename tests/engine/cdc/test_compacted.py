@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import timedelta
 
@@ -139,3 +140,54 @@ def test_compacted_tables_mirror_a_captured_sqlite_database(spark, tmp_path, sql
     consumers.reset_offsets(lake, products.consumer, topics, to="earliest", now=now)
     assert consumers.run_until_caught_up(lake, products.consumer, topics, now=lambda: now)
     assert sorted(live_rows(lake, products).collect()) == before
+
+
+PRODUCTS = oltp.TABLES[1]
+PRODUCT_ROW = PRODUCTS.spark_schema()
+PRODUCT_TOPIC = changelog_topic("products", PRODUCT_ROW, PRODUCTS.primary_key)
+PRODUCT_TABLE = CompactedTable("products", PRODUCT_TOPIC, PRODUCT_ROW, PRODUCTS.primary_key)
+
+
+def debezium_product(key, lsn, price, updated_at):
+    """A change event as Debezium writes it by default (precise decimals, adaptive times)."""
+    row = {"product_id": key, "name": "lamp", "category": "home", "price": price,
+           "updated_at": updated_at}
+    return json.dumps({"before": None, "after": row, "op": "c", "ts_ms": 1_772_366_400_000,
+                       "source": {"connector": "postgresql", "ts_ms": 1_772_366_400_000,
+                                  "table": "products", "lsn": lsn}})
+
+
+def test_debezium_default_encodings_are_decoded(lake, spark, now):
+    def precise(unscaled: int, width: int) -> str:
+        return base64.b64encode(unscaled.to_bytes(width, "big", signed=True)).decode()
+
+    noon = "2026-03-01 12:00:00.123"
+    lines = [
+        debezium_product("p1", 10, precise(1999, 2), 1_772_366_400_123),  # ms (TIMESTAMP(3))
+        debezium_product("p2", 11, precise(-250, 2), 1_772_366_400_123_456),  # µs, negative
+        debezium_product("p3", 12, "7.5", "2026-03-01T12:00:00.123Z"),  # string mode, ISO
+        debezium_product("p4", 13, 1234.5, 1_772_366_400_123_456_789),  # double mode, ns
+        debezium_product("p5", 14, "not money!", 1_772_366_400_123),
+        debezium_product("p6", 15, "1.00", "noon"),
+    ]
+    result = ingest.produce(lake, spark, PRODUCT_TOPIC, lines, source="test", now=now)
+    assert (result.appended, result.dead_letters) == (4, 2)
+    consumers.run_until_caught_up(lake, PRODUCT_TABLE.consumer, {PRODUCT_TOPIC.name: PRODUCT_TOPIC},
+                                  now=lambda: now)
+    prices = {r.product_id: str(r.price)
+              for r in lake.read(lake.snapshot(PRODUCT_TABLE.path)).collect()}
+    assert prices == {
+        "p1": "19.99", "p2": "-2.50", "p3": "7.50", "p4": "1234.50",
+    }
+    stamps = {r.product_id: r.stamp for r in lake.read(lake.snapshot(PRODUCT_TABLE.path)).select(
+        "product_id", F.date_format("updated_at", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("stamp"),
+    ).collect()}
+    assert stamps == {"p1": noon + "000", "p2": noon + "456", "p3": noon + "000",
+                      "p4": noon + "456"}
+    reasons = sorted(r["reason"] for r in lake.read(lake.snapshot(dead_letters.PATH)).collect())
+    assert reasons == [
+        "after.price: not money! is not a decimal(10,2) (a number, a numeric string or base64 "
+        "bytes of the unscaled value)",
+        "after.updated_at: noon is not a timestamp (an ISO-8601 time or epoch milliseconds, "
+        "microseconds or nanoseconds)",
+    ]
