@@ -78,6 +78,11 @@ class Snapshot(Protocol):
     @property
     def properties(self) -> Mapping[str, str]: ...
 
+    @property
+    def table_id(self) -> str:
+        """The table's Delta id: a table deleted and created again, or replaced, has a new one."""
+        ...
+
     def files(self) -> list[DataFile]: ...
 
     def txn_version(self, app_id: str) -> int | None: ...
@@ -99,6 +104,10 @@ class Lake(Protocol):
         properties: Mapping[str, str] | None = None,
     ) -> None:
         """Create the table if it does not exist; an existing table must have the same schema."""
+
+    def replace_table(self, path: str, schema: StructType) -> None:
+        """Replace an existing table by an empty one with `schema` (and a new table id), as one
+        new version: for a full rebuild whose columns changed."""
 
     def snapshot(self, path: str, version: int | None = None) -> Snapshot: ...
 

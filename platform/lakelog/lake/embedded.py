@@ -59,6 +59,10 @@ class DeltaSnapshot:
         return list(self.table.metadata().partition_columns)
 
     @property
+    def table_id(self) -> str:
+        return self.table.metadata().id
+
+    @property
     def properties(self) -> Mapping[str, str]:
         return dict(self.table.metadata().configuration)
 
@@ -178,6 +182,19 @@ class EmbeddedLake:
         problem = describe_mismatch(expected=existing, actual=schema)
         if problem:
             raise SchemaMismatchError(f"table {path} exists with another schema: {problem}")
+
+    def replace_table(self, path: str, schema: StructType) -> None:
+        if not self.exists(path):
+            raise TableNotFoundError(f"table {path} does not exist")
+        table = self._delta(path)
+        DeltaTable.create(
+            self.uri(path),
+            DeltaSchema.from_json(delta_schema_json(schema)),
+            mode="overwrite",
+            partition_by=list(table.metadata().partition_columns) or None,
+            configuration=dict(table.metadata().configuration),
+            storage_options=self._storage_options,
+        )
 
     def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
         return DeltaSnapshot(path, self._delta(path, version), self._files)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakelog.errors import ChangesUnavailableError, ConfigError
+from lakelog.errors import ChangesUnavailableError, ConfigError, SchemaMismatchError
 from lakelog.lake import Lake, Snapshot
 from lakelog.views.errors import ModelRunError
 from lakelog.views.evaluate import Reader, evaluate, spark_errors
@@ -107,32 +107,32 @@ def run_model(
             everything().createOrReplaceTempView(model.name)
             return ModelRun(name, "view", "a view is recomputed on every read", versions)
         if model.config.materialized == "table":
-            return _full(lake, model, everything(), versions, "a table is recomputed in full")
+            return _full(lake, model, everything(), pinned, "a table is recomputed in full")
         if full_refresh:
-            return _full(lake, model, everything(), versions, "full refresh requested")
+            return _full(lake, model, everything(), pinned, "full refresh requested")
         if not lake.exists(model.path):
-            return _full(lake, model, everything(), versions, "first run")
+            return _full(lake, model, everything(), pinned, "first run")
         output = lake.snapshot(model.path)
-        state, reason = load_state(output, model, versions)
+        state, reason = load_state(output, model, pinned)
         if state is None:
-            return _full(lake, model, everything(), versions, reason)
+            return _full(lake, model, everything(), pinned, reason)
         try:
             changes = {
                 p: changed_rows(lake, p, state[p], v) for p, v in versions.items() if v > state[p]
             }
         except ChangesUnavailableError as gone:  # e.g. vacuumed since the last run
-            return _full(lake, model, everything(), versions, f"rebuilt: {gone}")
+            return _full(lake, model, everything(), pinned, f"rebuilt: {gone}")
         if not changes and not hours:
             return ModelRun(name, "unchanged", "no input changed since the last run", versions,
                             output.version, output.version, 0)
         if model.config.partition_by == "hour":
             found = touched_hours(changes)
             if found is None:
-                return _full(lake, model, everything(), versions,
+                return _full(lake, model, everything(), pinned,
                              "an input without a time column changed, so every hour may have")
             return _hours(lake, spark, graph, model, output, pinned,
                           found | {utc(h) for h in hours})
-        return _keys(lake, spark, graph, model, output, read, versions, everything(), changes)
+        return _keys(lake, spark, graph, model, output, read, pinned, everything(), changes)
 
 
 def _metadata(model: Model, mode: Mode, versions: Mapping[str, int], touched: int | None):
@@ -140,27 +140,38 @@ def _metadata(model: Model, mode: Mode, versions: Mapping[str, int], touched: in
                              "inputs": dict(versions)}}
 
 
+def _versions(pinned: Mapping[str, Snapshot]) -> dict[str, int]:
+    return {p: s.version for p, s in pinned.items()}
+
+
 def _full(
-    lake: Lake, model: Model, rows: DataFrame, versions: Mapping[str, int], reason: str
+    lake: Lake, model: Model, rows: DataFrame, pinned: Mapping[str, Snapshot], reason: str
 ) -> ModelRun:
-    """Rebuild the table from `rows`; a table with other columns is an error, not replaced."""
-    lake.create_table(model.path, rows.schema)
+    """Rebuild the table from `rows`. A table with other columns (the model's SELECT changed) is
+    replaced by an empty one with the new columns first: a new Delta table id, which tells the
+    incremental models reading it to rebuild too."""
+    versions = _versions(pinned)
+    try:
+        lake.create_table(model.path, rows.schema)
+    except SchemaMismatchError:
+        lake.replace_table(model.path, rows.schema)
     output = lake.snapshot(model.path)
     keys = model.config.unique_key
     if keys:  # hour first: later incremental runs then find an hour's rows in few files
         rows = rows.sortWithinPartitions(*sorted(keys, key=lambda k: k != HOUR))
     version = lake.write(
-        output, rows, mode="overwrite", txns=state_txns(model, output, versions),
+        output, rows, mode="overwrite", txns=state_txns(model, output, pinned),
         metadata=_metadata(model, "full", versions, None),
     )
     return ModelRun(model.name, "full", reason, versions, version, output.version)
 
 
 def _state_only(
-    lake: Lake, model: Model, output: Snapshot, versions: Mapping[str, int]
+    lake: Lake, model: Model, output: Snapshot, pinned: Mapping[str, Snapshot]
 ) -> ModelRun:
     """Inputs moved without touching anything the model reads: record that, write no rows."""
-    version = lake.write(output, None, txns=state_txns(model, output, versions),
+    versions = _versions(pinned)
+    version = lake.write(output, None, txns=state_txns(model, output, pinned),
                          metadata=_metadata(model, "incremental", versions, 0))
     return ModelRun(model.name, "incremental", "the inputs' changes touch no rows", versions,
                     version, output.version, 0)
@@ -175,9 +186,9 @@ def _hours(
     pinned: Mapping[str, Snapshot],
     hours: frozenset[datetime],
 ) -> ModelRun:
-    versions = {p: s.version for p, s in pinned.items()}
+    versions = _versions(pinned)
     if not hours:
-        return _state_only(lake, model, output, versions)
+        return _state_only(lake, model, output, pinned)
     recomputed = evaluate(spark, graph, model.name, hour_reader(lake, pinned, hours))
     stray = (
         f"{model.file}: partition_by='hour' but the recomputed hours produced a row of another "
@@ -190,7 +201,7 @@ def _hours(
     units = spark.createDataFrame([(h,) for h in sorted(hours)], f"{HOUR} timestamp")
     version = replace(
         lake, output, checked, units, [HOUR], hour_files(output, hours),
-        txns=state_txns(model, output, versions),
+        txns=state_txns(model, output, pinned),
         metadata=_metadata(model, "incremental", versions, len(hours)),
     )
     return ModelRun(model.name, "incremental", f"{len(hours)} hour(s) recomputed", versions,
@@ -204,20 +215,21 @@ def _keys(
     model: Model,
     output: Snapshot,
     read: Reader,
-    versions: Mapping[str, int],
+    pinned: Mapping[str, Snapshot],
     rows: DataFrame,
     changes: Mapping[str, DataFrame],
 ) -> ModelRun:
+    versions = _versions(pinned)
     keys = model.config.unique_key
     units = touched_keys(spark, graph, model.name, read, changes, keys).persist()
     try:
         candidates, touched = key_files(output, units, keys)
         if not touched:
-            return _state_only(lake, model, output, versions)
+            return _state_only(lake, model, output, pinned)
         recomputed = rows.join(units, matching(rows, units, keys), "left_semi")
         version = replace(
             lake, output, recomputed, units, keys, candidates,
-            txns=state_txns(model, output, versions),
+            txns=state_txns(model, output, pinned),
             metadata=_metadata(model, "incremental", versions, touched),
         )
     finally:

@@ -2,7 +2,8 @@
 
 Every commit to ``views/<name>`` carries Delta application transactions:
 
-- ``lakelog.view:<name>@<input path>`` — the version of that input the table now reflects;
+- ``lakelog.view:<name>@<input path>`` — the version of that input the table now reflects, and
+  ``...#id`` a hash of the input's Delta table id, so a recreated input is noticed;
 - ``lakelog.view:<name>#sql`` — a fingerprint of the model's SQL (with that of the view models
   it inlines) and key, so an edited model is rebuilt instead of mixing old and new logic;
 - ``lakelog.view:<name>`` — the table version the run was planned on (plus one), so two runs
@@ -41,17 +42,27 @@ def fingerprint(model: Model) -> int:
     return int(hashlib.sha256(source.encode()).hexdigest()[:15], 16)
 
 
-def state_txns(model: Model, output: Snapshot, versions: Mapping[str, int]) -> list[AppTxn]:
-    """The application transactions a commit of `model` planned on `output` carries."""
+def _id_app(model: Model, path: str) -> str:
+    return f"{APP}:{model.name}@{path}#id"
+
+
+def _id_hash(table_id: str) -> int:
+    return int(hashlib.sha256(table_id.encode()).hexdigest()[:15], 16)
+
+
+def state_txns(model: Model, output: Snapshot, inputs: Mapping[str, Snapshot]) -> list[AppTxn]:
+    """The application transactions a commit of `model` planned on `output`, reading `inputs`
+    (pinned snapshots by path), carries."""
     return [
         AppTxn(f"{APP}:{model.name}", output.version + 1),
         AppTxn(_sql_app(model), fingerprint(model)),
-        *(AppTxn(_input_app(model, path), version) for path, version in sorted(versions.items())),
+        *(AppTxn(_input_app(model, path), s.version) for path, s in sorted(inputs.items())),
+        *(AppTxn(_id_app(model, path), _id_hash(s.table_id)) for path, s in sorted(inputs.items())),
     ]
 
 
 def load_state(
-    output: Snapshot, model: Model, versions: Mapping[str, int]
+    output: Snapshot, model: Model, inputs: Mapping[str, Snapshot]
 ) -> tuple[dict[str, int] | None, str]:
     """The input versions `output` reflects, or None and why it must be rebuilt from scratch."""
     sql = output.txn_version(_sql_app(model))
@@ -60,11 +71,13 @@ def load_state(
     if sql != fingerprint(model):
         return None, "the model's SQL or key changed"
     state = {}
-    for path, current in versions.items():
+    for path, pinned in inputs.items():
+        current = pinned.version
         done = output.txn_version(_input_app(model, path))
         if done is None:
             return None, f"{path} is a new input"
-        if done > current:
-            return None, f"{path} was recreated (its version went back from {done} to {current})"
+        identity = output.txn_version(_id_app(model, path))
+        if done > current or (identity is not None and identity != _id_hash(pinned.table_id)):
+            return None, f"{path} was recreated since the last run (a new Delta table)"
         state[path] = done
     return state, "changes since the last run"

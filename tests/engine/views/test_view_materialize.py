@@ -243,3 +243,34 @@ def test_search_click_through_and_top_products_answer_their_questions(spark):
     ranked = [(r.rank, r.product_id, r.views) for r in top.orderBy("rank").collect()]
     # The newest hour (odd products) is still filling: the last complete one (even) is ranked.
     assert ranked == [(n + 1, f"p{22 - 2 * n}", 22 - 2 * n) for n in range(10)]
+
+
+def test_a_changed_select_replaces_the_table_and_its_readers_rebuild(lake, spark, tmp_path):
+    base = tmp_path / "per_product.sql"
+    base.write_text(
+        "{{ config(materialized='table') }}\n"
+        "SELECT product_id, count(*) AS views FROM {{ ref('log/page_views') }} GROUP BY product_id"
+    )
+    (tmp_path / "busy.sql").write_text(
+        "{{ config(materialized='incremental', unique_key='product_id') }}\n"
+        "SELECT product_id, views FROM {{ ref('per_product') }} WHERE views > 1"
+    )
+    append(lake, spark, "page_views", [view("u1", "p1", 0), view("u2", "p1", 0),
+                                       view("u3", "p2", 0)])
+    graph = load_models(tmp_path, {"log/page_views"})
+    assert [run_model(lake, spark, graph, n).mode for n in ("per_product", "busy")] == [
+        "full", "full"]
+    before = lake.snapshot("views/per_product").table_id
+
+    # New columns: the rebuild replaces the table (a new Delta table) instead of failing.
+    base.write_text(base.read_text().replace(
+        "count(*) AS views", "count(*) AS views, max(user_id) AS last_user"))
+    graph = load_models(tmp_path, {"log/page_views"})
+    assert run_model(lake, spark, graph, "per_product").mode == "full"
+    assert "last_user" in stored(lake, "per_product").columns
+    assert lake.snapshot("views/per_product").table_id != before
+    # Its reader's recorded input version is still below the new one; the table id tells.
+    reader = run_model(lake, spark, graph, "busy")
+    assert (reader.mode, reader.reason) == (
+        "full", "views/per_product was recreated since the last run (a new Delta table)")
+    assertDataFrameEqual(stored(lake, "busy"), recomputed(lake, spark, graph, "busy"))
