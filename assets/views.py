@@ -16,7 +16,7 @@ from pydantic import Field
 
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.naming import output_key, topic_key
-from lakelog.assets.partitions import HOURLY
+from lakelog.assets.partitions import HOUR_KEY, HOURLY
 from lakelog.assets.quality import check_result
 from lakelog.consumers import Consumer
 from lakelog.lake import Lake
@@ -108,6 +108,16 @@ def model_asset(
         if rows is not None:
             metadata["dagster/row_count"] = rows
         yield dg.MaterializeResult(metadata=metadata)
+        if partitioned:  # hours the run recomputed besides its own: they were materialized too
+            own = set(context.partition_keys)
+            for hour in run.hours:
+                other = hour.strftime(HOUR_KEY)
+                if other not in own and HOURLY.has_partition_key(other):
+                    context.log_event(dg.AssetMaterialization(
+                        asset_key=key, partition=other,
+                        metadata={"mode": run.mode, "version": run.version,
+                                  "recomputed_by": f"the run for {', '.join(sorted(own))}"},
+                    ))
         if checks:
             from lakelog.quality.suites import model_suites
             from lakelog.quality.validate import validate

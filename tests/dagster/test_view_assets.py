@@ -116,6 +116,16 @@ def test_partitioned_runs_full_refresh_and_spark_errors(shop_lake, resources, tm
                                       run_config=refresh))
     assert (rebuilt["mode"], rebuilt["reason"]) == ("full", "full refresh requested")
 
+    # An event of 09:00 arrives; the run for 08:00 recomputes 09:00 too and says so to Dagster.
+    append(shop_lake, TOPICS["page_views"], lambda snapshot: (
+        late.drop("partition", "offset").withColumns(
+            {"event_id": F.lit("v10"), "event_time": F.col("event_time") + F.expr("INTERVAL 1 HOUR")}
+        ), {}
+    ), order_by=["event_id"])
+    both = dg.materialize(hourly, resources=resources, partition_key=hour)
+    events = both.get_asset_materialization_events()
+    assert sorted(e.partition for e in events) == [hour, "2026-01-05-09:00"]
+
     failed = dg.materialize([assets[key("broken")]], resources=resources, raise_on_error=False)
     assert not failed.success
     [failure] = failed.get_step_failure_events()

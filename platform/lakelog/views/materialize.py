@@ -62,6 +62,8 @@ class ModelRun:
     version: int | None = None
     previous_version: int | None = None
     touched: int | None = None
+    #: The hours an incremental run of an hourly model recomputed.
+    hours: tuple[datetime, ...] = ()
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -205,7 +207,7 @@ def _hours(
         metadata=_metadata(model, "incremental", versions, len(hours)),
     )
     return ModelRun(model.name, "incremental", f"{len(hours)} hour(s) recomputed", versions,
-                    version, output.version, len(hours))
+                    version, output.version, len(hours), tuple(sorted(hours)))
 
 
 def _keys(
