@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -78,6 +79,31 @@ def test_incremental_demo_models_equal_a_full_refresh_after_many_microbatches(la
     customers = {r.customer_id: (r.name, r.orders, float(r.lifetime_value))
                  for r in stored(lake, CLV).collect()}
     assert customers == {1: ("anne", 1, 7.5), 9: ("zoe", 1, 2.5)}
+
+    # Six more microbatches of random events over hours 0-4 (so most hours get late events)
+    # and customer changes; after each, both models are updated incrementally.
+    rng = random.Random(11)
+    position = 10
+    for batch in range(6):
+        users = [f"u-{rng.randrange(1, 8):06d}" for _ in range(6)]
+        products = [f"p{rng.randrange(1, 5)}" for _ in range(6)]
+        append(lake, spark, "page_views", [
+            view(u, rng.choice([p, None]), rng.randrange(5), rng.randrange(60))
+            for u, p in zip(users, products)])
+        append(lake, spark, "cart_events", [
+            cart_add(u, p, rng.randrange(5), rng.randrange(1, 3)) for u, p in zip(users, products)
+            if rng.random() < 0.5])
+        append(lake, spark, "orders", [
+            order(f"b{batch}-{i}", u, [(p, rng.randrange(1, 4))], rng.randrange(5))
+            for i, (u, p) in enumerate(zip(users, products)) if rng.random() < 0.4])
+        position += 1
+        who = rng.randrange(1, 8)
+        write_customers(lake, spark, [
+            customer(c, f"name{c}-{batch}", position=position, deleted=(c == who))
+            for c in range(1, 8)])
+        assert run(FUNNEL).mode == run(CLV).mode == "incremental"
+    for name in (FUNNEL, CLV):
+        assertDataFrameEqual(stored(lake, name), recomputed(lake, spark, graph, name))
 
 
 class CrashingLake(EmbeddedLake):
