@@ -1,4 +1,5 @@
-{{ config(materialized='table', ranges={'click_through_rate': (0, 1), 'searches': (1, None)}) }}
+{{ config(materialized='table', ranges={'click_through_rate': (0, 1), 'searches': (1, None)},
+          expect=[('expect_column_values_to_be_unique', {'column': 'query'})]) }}
 -- Click-through rate per search query: the share of searches with at least one click on a
 -- result within the hour after the search, from the stream-stream join of searches and clicks
 -- (one row per click, and one unclicked row per search that got none).

@@ -13,11 +13,12 @@ HISTORY_CHECK = "history_integrity"
 VALUE_RANGES = "value_ranges"
 ROW_COUNT_CHANGE = "row_count_change"
 UNIQUE_KEY = "unique_key"
+EXPECTATIONS = "expectations"
 
 
 def model_checks(model: Model) -> tuple[str, ...]:
     """The warning checks `model` declares: value ranges and row-count change when configured,
-    and the uniqueness of the unique_key of an incremental model."""
+    the uniqueness of the unique_key of an incremental model, and its own `expect` list."""
     config = model.config
     names = []
     if config.ranges:
@@ -26,4 +27,6 @@ def model_checks(model: Model) -> tuple[str, ...]:
         names.append(ROW_COUNT_CHANGE)
     if config.unique_key:
         names.append(UNIQUE_KEY)
+    if config.expect:
+        names.append(EXPECTATIONS)
     return tuple(names)

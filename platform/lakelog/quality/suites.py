@@ -12,12 +12,14 @@ overlapping) are `UnexpectedRowsExpectation` queries over ``{batch}``, GX's name
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql.types import StructType
 
 from lakelog.compacted import CompactedTable
+from lakelog.errors import ConfigError
 from lakelog.history import HistoryTable
 from lakelog.quality import names
 from lakelog.quality.gx import Expectation, gxe
@@ -168,4 +170,21 @@ def model_suites(model: Model, *, previous_rows: int | None) -> list[Suite]:
     if config.unique_key:
         suites.append(Suite(names.UNIQUE_KEY, (_unique(key),), blocking=False, index_columns=key,
                             description=f"unique_key {', '.join(key)} unique"))
+    if config.expect:
+        suites.append(Suite(
+            names.EXPECTATIONS, tuple(expectation(model, n, a) for n, a in config.expect),
+            blocking=False, index_columns=key,
+            description="the expectations declared in the config header",
+        ))
     return suites
+
+
+def expectation(model: Model, name: str, arguments: Mapping[str, Any]) -> Expectation:
+    """GX's expectation `name` (snake_case, as GX's docs write it) with `arguments`."""
+    cls = getattr(gxe, "".join(part.title() for part in name.split("_")), None)
+    if not (isinstance(cls, type) and issubclass(cls, Expectation)):
+        raise ConfigError(f"{model.file}: {name!r} is not a Great Expectations expectation")
+    try:
+        return cls(**arguments)
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise ConfigError(f"{model.file}: {name}{dict(arguments)}: {exc}") from None

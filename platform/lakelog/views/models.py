@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Materialized = Literal["view", "table", "incremental"]
 PartitionBy = Literal["hour"]
@@ -35,7 +35,9 @@ class ModelConfig:
 
     `ranges` and `row_count_change` declare the model's warning checks: each column's values
     should lie in ``[low, high]`` (None: unbounded), and the row count should change by at most
-    that fraction from the previous version of the table.
+    that fraction from the previous version of the table. `expect` adds any Great Expectations
+    expectations by name and arguments, e.g. ``('expect_column_values_to_not_be_null',
+    {'column': 'query'})``.
     """
 
     materialized: Materialized = "view"
@@ -43,6 +45,7 @@ class ModelConfig:
     partition_by: PartitionBy | None = None
     ranges: Mapping[str, Range] = field(default_factory=dict)
     row_count_change: float | None = None
+    expect: tuple[tuple[str, Mapping[str, Any]], ...] = ()
 
 
 @dataclass(frozen=True)

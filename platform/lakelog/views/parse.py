@@ -27,7 +27,11 @@ from lakelog.views.models import (
 )
 
 OPEN = re.compile(r"\{\{|\{%|\{#")
-CONFIG_KEYS = ("materialized", "unique_key", "partition_by", "ranges", "row_count_change")
+CONFIG_KEYS = (
+    "materialized", "unique_key", "partition_by", "ranges", "row_count_change", "expect",
+)
+#: A Great Expectations expectation's name, as GX's docs write it (its class is the CamelCase).
+EXPECTATION = re.compile(r"expect_[a-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,23 @@ def _ranges(value: Any, file: str, line: int) -> dict[str, Range]:
     return ranges
 
 
+def _expect(value: Any, file: str, line: int) -> tuple[tuple[str, dict[str, Any]], ...]:
+    problem = (f"{file}: line {line}: expect must be a list of (expectation name, arguments), "
+               "e.g. [('expect_column_values_to_not_be_null', {'column': 'id'})]")
+    if not isinstance(value, (list, tuple)):
+        raise ModelError(problem)
+    found = []
+    for item in value:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], dict) and all(isinstance(k, str) for k in item[1])):
+            raise ModelError(problem)
+        if not EXPECTATION.fullmatch(item[0]):
+            raise ModelError(f"{file}: line {line}: {item[0]!r} is not an expectation name "
+                             "(expect_..., as in Great Expectations)")
+        found.append((item[0], dict(item[1])))
+    return tuple(found)
+
+
 def _config(tag: _Tag, file: str) -> ModelConfig:
     call, line = tag.call, tag.line
     if call.args:
@@ -174,6 +195,7 @@ def _config(tag: _Tag, file: str) -> ModelConfig:
         partition_by=partition_by,
         ranges=_ranges(values.get("ranges", {}), file, line),
         row_count_change=None if change is None else float(change),
+        expect=_expect(values.get("expect", ()), file, line),
     )
 
 

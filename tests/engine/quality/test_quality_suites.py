@@ -12,6 +12,7 @@ from pyspark.sql import types as T
 from lakelog.demo.shop import TOPICS
 from lakelog.demo.shop_cdc import COMPACTED, HISTORY
 from lakelog.log import append
+from lakelog.errors import ConfigError
 from lakelog.quality import names
 from lakelog.quality.suites import (
     compacted_suite,
@@ -158,6 +159,37 @@ def test_history_suite_requires_one_current_row_and_disjoint_intervals(lake, spa
                          [(100, 1.0, (50, 200)), (10, 0.5, (6, 15)), (3, 2.0, (1, 9))])
 def test_row_count_bounds_are_a_factor_either_way(previous, change, bounds):
     assert row_count_bounds(previous, change) == bounds
+
+
+def test_a_model_declares_its_own_expectations(spark):
+    model = parse_model(
+        "{{ config(materialized='table', expect=[('expect_column_values_to_not_be_null',"
+        " {'column': 'query'}), ('expect_column_values_to_match_regex', {'column': 'query',"
+        " 'regex': '^[a-z ]+$'})]) }}\nSELECT 'x' AS query",
+        name="m", file="m.sql", folder="f",
+    )
+    assert names.model_checks(model) == (names.EXPECTATIONS,)
+    [suite] = model_suites(model, previous_rows=None)
+    rows = spark.createDataFrame([("shoes",), (None,), ("Hats!",)], "query string")
+    [outcome] = validate(rows, [suite])
+    assert not outcome.blocking and not outcome.success
+    found = failed(outcome)
+    assert found["expect_column_values_to_not_be_null"].unexpected_count == 1
+    assert found["expect_column_values_to_match_regex"].unexpected_sample == ("Hats!",)
+
+    typo = parse_model(
+        "{{ config(materialized='table', expect=[('expect_column_to_be_nice', {})]) }}\nSELECT 1",
+        name="m", file="models/m.sql", folder="f",
+    )
+    with pytest.raises(ConfigError, match="^models/m.sql: 'expect_column_to_be_nice' is not a "):
+        model_suites(typo, previous_rows=None)
+    wrong = parse_model(
+        "{{ config(materialized='table', expect=[('expect_column_values_to_not_be_null',"
+        " {'colum': 'query'})]) }}\nSELECT 1",
+        name="m", file="models/m.sql", folder="f",
+    )
+    with pytest.raises(ConfigError, match="^models/m.sql: expect_column_values_to_not_be_null"):
+        model_suites(wrong, previous_rows=None)
 
 
 def test_model_suites_follow_the_config_header():

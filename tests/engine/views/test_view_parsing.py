@@ -70,6 +70,9 @@ def test_defaults_to_a_view_and_keeps_sql_without_refs_as_is():
         ("{{ config(row_count_change=0.5) }}\nSELECT 1", "a view keeps no previous version"),
         ("{{ config(materialized='table', ranges={'x': (2, 1)}) }}\nSELECT 1", "low > high"),
         ("{{ config(materialized='table', ranges=['x']) }}\nSELECT 1", "ranges must map"),
+        ("{{ config(materialized='table', expect='x') }}\nSELECT 1", "expect must be a list"),
+        ("{{ config(materialized='table', expect=[('is_nice', {})]) }}\nSELECT 1",
+         "'is_nice' is not an expectation name"),
         ("{{ config(materialized='table', ranges={['x']: (0, 1)}) }}\nSELECT 1",
          "must be a literal"),  # unhashable: literal_eval raises TypeError
         ("SELECT 1\n{{ config(materialized='table') }}", "line 2: config(...) must come first"),
