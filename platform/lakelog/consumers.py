@@ -31,7 +31,7 @@ from lakelog.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.errors import ConfigError, ConsumerBusyError
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, already_committed
 from lakelog.log import ensure_topic_table, offsets_for_time, partition_states, read_offsets, topic_snapshot
-from lakelog.merge import upsert
+from lakelog.merge import rewrite, upsert
 from lakelog.topics import Topic
 
 NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
@@ -85,13 +85,16 @@ class Changes:
 
     A transform that read the stored rows of every key it changes may name the `files` it read
     them from, and about how many rows it upserts (`rows_hint`): the upsert then rewrites those
-    files without a pass of its own over `rows` (`lakelog.merge.upsert`'s `candidates`).
+    files without a pass of its own over `rows` (`lakelog.merge.upsert`'s `candidates`). With
+    `replace`, `rows` are the complete new content of `files` (unchanged rows included), written
+    in their place without a merge (`lakelog.merge.rewrite`).
     """
 
     rows: DataFrame
     deletes: DataFrame | None = None
     files: Sequence[DataFile] | None = None
     rows_hint: int | None = None
+    replace: bool = False
 
 
 #: The batch's writes per output path; None: nothing to write (the commit still records the batch).
@@ -285,7 +288,13 @@ def _write_output(
         lake.write(snapshot, None, txns=[txn], metadata=metadata)
         return
     changes = df if isinstance(df, Changes) else Changes(df)
-    if output.keys:
+    if changes.replace:
+        if changes.files is None or changes.deletes is not None:
+            raise ConfigError(f"output {output.path}: a replacing write names its files, no deletes")
+        rewrite(lake, snapshot, changes.rows, files=changes.files, keys=output.keys,
+                rows_per_file=output.rows_per_file, rows_hint=changes.rows_hint, txns=[txn],
+                metadata=metadata)
+    elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
             rows_per_file=output.rows_per_file, deletes=changes.deletes,

@@ -106,3 +106,23 @@ def upsert(
         return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata)
     finally:
         incoming.unpersist()
+
+
+def rewrite(
+    lake: Lake,
+    snapshot: Snapshot,
+    rows: DataFrame,
+    *,
+    files: Sequence[DataFile],
+    keys: Sequence[str],
+    rows_per_file: int | None = None,
+    rows_hint: int | None = None,
+    txns: Sequence[AppTxn] = (),
+    metadata: Mapping[str, Any] | None = None,
+) -> int:
+    """Replace `files` by `rows`, their complete new content, in one commit (clustered by key
+    range with `rows_per_file`; `rows_hint` about how many rows there are, else counted)."""
+    if rows_per_file:
+        total = rows.count() if rows_hint is None else rows_hint
+        rows = clustered(rows, keys, rows_per_file, total)
+    return lake.write(snapshot, rows, remove=files, txns=txns, metadata=metadata)

@@ -99,9 +99,12 @@ def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame 
         )
     stored = batch.lake.read(snapshot, files=files)
     update = apply_batch(
-        agg, stored, scanned, watermark_before=before, watermark_after=after, batch=batch.batch
+        agg, stored, scanned, watermark_before=before, watermark_after=after, batch=batch.batch,
+        complete=agg.state is None,  # update mode: the read files are rewritten whole
     )
-    return outputs(agg, update, read=files, rows_hint=scanned.windows)
+    hint = None if scanned.windows is None else scanned.windows + sum(
+        f.num_records for f in files)
+    return outputs(agg, update, read=files, rows_hint=hint)
 
 
 def outputs(
@@ -114,11 +117,14 @@ def outputs(
     """The batch's writes per table, by emit mode and late policy (in commit order).
 
     `read` are the files of the table the batch read its stored windows from (the state in final
-    mode): they hold every stored window the batch changes, so its upsert rewrites just those.
+    mode): they hold every stored window the batch changes, so its upsert rewrites just those;
+    in update mode the rows are their complete new content (`Update.complete`), written in
+    their place without a merge.
     """
     late = {agg.late_records.path: update.late if update.may_have_late else None}
     if agg.state is None:
-        return {**late, agg.windows.path: Changes(update.rows, update.deletes, read, rows_hint)}
+        return {**late, agg.windows.path: Changes(
+            update.rows, update.deletes, read, rows_hint, replace=update.complete)}
     rows = update.rows.localCheckpoint(eager=True)  # cut into two outputs; computed once
     final = rows.where(F.col("is_final"))
     if agg.late == "correct":

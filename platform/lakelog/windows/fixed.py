@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
-    END, START, T_US, aggregated, final_at, merged, partial_names,
+    BATCH, END, START, T_US, aggregated, final_at, merged, partial_names,
 )
 from lakelog.windows.kinds import Fixed, Hopping, Tumbling
 from lakelog.windows.late import late_rows, window_closed
@@ -63,8 +63,10 @@ def step(
     watermark_before_us: int | None,
     watermark_after_us: int | None,
     batch: int,
+    complete: bool = False,
 ) -> tuple[DataFrame, DataFrame | None]:
-    """(changed windows in working form, late rows or None) for one batch.
+    """(changed windows in working form, late rows or None) for one batch; with `complete`,
+    every window of `stored` too, the unchanged ones as they were (``_batch`` their batch).
 
     `found` is the batch's `partials`; `events` its normalized events, needed only to list the
     late ones (None when `found` has no window that was final before the batch). Changed windows
@@ -89,25 +91,29 @@ def step(
                                           watermark_before_us))
     new = found.select(
         START, *groups, *partial_names(agg), F.lit(None).cast("int").alias("revision"),
-        F.lit(None).cast("boolean").alias("is_final"), F.lit(1).alias("_new"),
+        F.lit(None).cast("boolean").alias("is_final"), F.lit(None).cast("long").alias(BATCH),
+        F.lit(1).alias("_new"),
     )
     old = stored.select(
-        START, *groups, *partial_names(agg), "revision", "is_final", F.lit(0).alias("_new")
+        START, *groups, *partial_names(agg), "revision", "is_final", BATCH,
+        F.lit(0).alias("_new"),
     )
     # One grouping merges the touched windows and finds the stored ones the watermark passed.
     combined = new.unionByName(old).groupBy(START, *groups).agg(
         *merged(agg), F.max("revision").alias("_rev"), F.max("is_final").alias("_final"),
-        F.max("_new").alias("_touched"),
+        F.max(BATCH).alias(BATCH), F.max("_new").alias("_touched"),
     )
     end = F.col(START) + F.lit(window.size_us)
     was_final = F.coalesce(F.col("_final"), F.lit(False))
     now_final = final_at(end, watermark_after_us)
     touched = F.col("_touched") == 1
-    rows = combined.where(touched | (~was_final & now_final)).select(
+    changed = touched | (~was_final & now_final)
+    rows = (combined if complete else combined.where(changed)).select(
         *groups, START, end.alias(END), *partial_names(agg),
         F.when(touched, F.coalesce(F.col("_rev") + 1, F.lit(1)))
         .otherwise(F.col("_rev"))
         .alias("revision"),
         (was_final | now_final).alias("is_final"),
+        F.when(~changed, F.col(BATCH)).alias(BATCH),
     )
     return rows, late_out

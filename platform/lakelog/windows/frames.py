@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 T_US = "_t_us"
 START = "_start_us"
 END = "_end_us"
+#: A window row's writing batch, kept when a rewrite leaves the row unchanged (null: this batch).
+BATCH = "_batch"
 HOUR_US = 3_600_000_000
 
 
@@ -103,8 +105,14 @@ def normalize(agg: WindowedAggregate, events: DataFrame) -> DataFrame:
 
 
 def from_table(agg: WindowedAggregate, stored: DataFrame) -> DataFrame:
-    """Stored window rows in working form."""
-    extra = ["event_id", *input_names(agg)] if isinstance(agg.window, Sliding) else []
+    """Stored window rows in working form (tumbling and hopping windows keep the batch that
+    wrote each, as ``_batch``: a rewrite of their files keeps it for the rows it does not
+    change)."""
+    extra: list[str | Column] = []
+    if isinstance(agg.window, Sliding):
+        extra = ["event_id", *input_names(agg)]
+    elif not isinstance(agg.window, Session):
+        extra = [F.col("batch").alias(BATCH)]
     return stored.select(
         *agg.group_names,
         us("window_start").alias(START),
@@ -130,7 +138,8 @@ def finish(agg: WindowedAggregate, windows: DataFrame, *, batch: int) -> DataFra
     derived = {
         "window_start": ts(START),
         "window_end": ts(END),
-        "batch": F.lit(batch).cast("long"),
+        "batch": (F.coalesce(F.col(BATCH), F.lit(batch)) if BATCH in windows.columns
+                  else F.lit(batch)).cast("long"),
         "hour": F.timestamp_micros(start - F.pmod(start, F.lit(HOUR_US))),
         "revision": F.col("revision").cast("int"),
     }

@@ -41,12 +41,15 @@ class Update:
     """What one microbatch writes: window rows to upsert, window keys to delete, late rows.
 
     `may_have_late` is False when the batch is known to have no late rows (`late` is empty).
+    `complete`: `rows` also hold every stored window passed in unchanged, so they can replace
+    the files those came from.
     """
 
     rows: DataFrame
     deletes: DataFrame | None
     late: DataFrame
     may_have_late: bool = True
+    complete: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,13 @@ def apply_batch(
     watermark_before: datetime | None,
     watermark_after: datetime | None,
     batch: int,
+    complete: bool = False,
 ) -> Update:
-    """The windows, deletions and late rows of one microbatch (see the module docstring)."""
+    """The windows, deletions and late rows of one microbatch (see the module docstring).
+
+    With `complete`, tumbling and hopping windows return every stored window as well
+    (`Update.complete`); other kinds ignore it.
+    """
     scanned = events if isinstance(events, Scanned) else scan(
         agg, events, watermark_before=watermark_before
     )
@@ -137,7 +145,8 @@ def apply_batch(
     else:
         assert scanned.partials is not None
         changed, late_rows = fixed.step(
-            agg, working, scanned.partials, normalized if scanned.any_late else None, **options
+            agg, working, scanned.partials, normalized if scanned.any_late else None, **options,
+            complete=complete,
         )
     if late_rows is not None:
         late_parts.append(late_rows)
@@ -150,7 +159,8 @@ def apply_batch(
         late_out = reduce(DataFrame.unionByName, late_parts)
     else:
         late_out = normalized.sparkSession.createDataFrame([], late_schema(agg))
-    return Update(rows=rows, deletes=deletes, late=late_out, may_have_late=bool(late_parts))
+    return Update(rows=rows, deletes=deletes, late=late_out, may_have_late=bool(late_parts),
+                  complete=complete and isinstance(agg.window, (Tumbling, Hopping)))
 
 
 def _newly_final(

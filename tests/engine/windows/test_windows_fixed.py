@@ -158,3 +158,18 @@ def test_a_late_record_corrects_a_final_window(spark):
     assert late.reason == (
         "window [2026-03-01 12:00:00, 2026-03-01 12:01:00) closed at watermark 2026-03-01 12:01:10"
     )
+
+    # Complete: the stored windows the batch leaves alone come back too, exactly as stored
+    # (their batch included), so the rows can replace the files they were read from.
+    quiet = apply_batch(agg, table, events(spark, [("e7", 125, "a", 1.0, "u")]),
+                        watermark_before=at(130), watermark_after=at(130), batch=2,
+                        complete=True)
+    assert quiet.complete
+    got = by_key(public(quiet.rows, keep=("is_final", "revision", "batch")), "g", "window_start")
+    summary = {k: (r["n"], r["revision"], r["is_final"], r["batch"]) for k, r in got.items()}
+    assert summary == {
+        ("a", local(0)): (2, 1, True, 0),  # untouched and already final: as stored
+        ("a", local(60)): (1, 1, True, 2),  # made final by this batch's watermark
+        ("b", local(60)): (1, 1, True, 2),
+        ("a", local(120)): (1, 1, False, 2),  # new
+    }
