@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import types as T
 
+from lakelog.lake import EmbeddedLake
 from lakelog.topics import EventTime, Topic
 
 BASE = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
@@ -64,3 +65,19 @@ def drop(lake_root: str, topic: str, name: str, lines: list) -> Path:
     tmp.write_text(text)
     tmp.rename(folder / name)
     return folder / name
+
+
+class CrashAfterCommit(EmbeddedLake):
+    """Once armed, fails right after its next commit to table `path`: that output is written,
+    whatever the batch does after it (later outputs, the offset commit) is not."""
+
+    def __init__(self, spark, root, path):
+        super().__init__(spark, root)
+        self.path, self.armed = path, False
+
+    def _commit(self, snapshot, adds, removed, txns, metadata):
+        version = super()._commit(snapshot, adds, removed, txns, metadata)
+        if self.armed and snapshot.path == self.path:
+            self.armed = False
+            raise RuntimeError(f"crash after committing {self.path}")
+        return version

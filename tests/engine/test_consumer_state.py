@@ -5,14 +5,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from engine_helpers import BASE, drop, make_topic, record
+from engine_helpers import BASE, CrashAfterCommit, drop, make_topic, record
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog import checkpoints, consumers, ingest
 from lakelog.consumers import BatchInput, Changes, Consumer, Output
 from lakelog.errors import ConfigError
-from lakelog.lake import EmbeddedLake
 from lakelog.watermarks import Watermark, from_us, to_us, watermark_of
 
 MARK = Watermark(lateness=timedelta(seconds=10), idle_timeout=timedelta(minutes=5))
@@ -61,29 +60,16 @@ def test_watermark_rules():
         Watermark(idle_timeout=timedelta(0))
 
 
-class CrashAfterOutput(EmbeddedLake):
-    """Commits the batch's output, then dies before the checkpoint commit."""
-
-    armed = False
-
-    def _commit(self, snapshot, adds, removed, txns, metadata):
-        version = super()._commit(snapshot, adds, removed, txns, metadata)
-        if self.armed and snapshot.path == SEEN.path:
-            self.armed = False
-            raise RuntimeError("crash after output")
-        return version
-
-
 def test_state_is_committed_with_the_batch_and_idle_ticks_close_quiet_streams(spark, lake):
     topic = make_topic()
     topics = {"events": topic}
     drop(lake.root, topic.name, "a.ndjson", [record(i) for i in range(20)])
     ingest.ingest(lake, spark, topic, now=T0)
-    crashing = CrashAfterOutput(spark, lake.root)
+    crashing = CrashAfterCommit(spark, lake.root, SEEN.path)  # dies before the offset commit
     consumers.run_batch(crashing, CONSUMER, topics, now=T0)
     first = checkpoints.load(lake, "marked").state
     crashing.armed = True
-    with pytest.raises(RuntimeError, match="crash after output"):
+    with pytest.raises(RuntimeError, match="crash after committing streams/seen"):
         consumers.run_batch(crashing, CONSUMER, topics, now=T0 + timedelta(seconds=1))
     retry = consumers.run_batch(lake, CONSUMER, topics, now=T0 + timedelta(minutes=1))
     assert retry.resumed and retry.outputs_written == ()

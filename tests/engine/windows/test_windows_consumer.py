@@ -11,10 +11,10 @@ import json
 from datetime import timedelta
 
 import pytest
-from engine_helpers import BASE, record
+from engine_helpers import BASE, CrashAfterCommit, record
 
 from lakelog import checkpoints, consumers, ingest
-from lakelog.lake import AppTxn, EmbeddedLake, already_committed
+from lakelog.lake import AppTxn, already_committed
 from lakelog.watermarks import Watermark, watermark_of
 from lakelog.windows import Count, Session, Sum, Tumbling, WindowedAggregate
 
@@ -81,21 +81,6 @@ def test_update_mode_late_records_and_idle_ticks(spark, lake, topic, now):
     assert all(r.is_final for r in rows.values())
 
 
-class CrashingLake(EmbeddedLake):
-    """Fails right after committing `path` once armed: the batch's later outputs are pending."""
-
-    def __init__(self, spark, root, path):
-        super().__init__(spark, root)
-        self.path, self.armed = path, False
-
-    def _commit(self, snapshot, adds, removed, txns, metadata):
-        version = super()._commit(snapshot, adds, removed, txns, metadata)
-        if self.armed and snapshot.path == self.path:
-            self.armed = False
-            raise RuntimeError("crash between outputs")
-        return version
-
-
 def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topic, now):
     agg = WindowedAggregate(
         "visits", (topic.name,), Session(gap=timedelta(minutes=1)),
@@ -111,9 +96,9 @@ def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topi
 
     # 10:03:21 closes both sessions; the run crashes after publishing them, before the state.
     produce(lake, spark, topic, [record(3, user="ua", seconds=200)], now + SECOND)
-    crashing = CrashingLake(spark, lake.root, agg.windows.path)
+    crashing = CrashAfterCommit(spark, lake.root, agg.windows.path)  # the state is pending
     crashing.armed = True
-    with pytest.raises(RuntimeError, match="crash between outputs"):
+    with pytest.raises(RuntimeError, match=f"crash after committing {agg.windows.path}"):
         consumers.run_batch(crashing, consumer, topics, now=now + SECOND)
     retry = consumers.run_batch(lake, consumer, topics, now=now + 2 * SECOND)
     assert retry.resumed and retry.outputs_written == (agg.state.path,)
