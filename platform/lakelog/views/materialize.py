@@ -97,7 +97,7 @@ def run_model(
         raise ConfigError(f"{model.file}: hours apply only to a model with partition_by='hour'")
     with spark_errors(model):
         pinned = _pin(lake, model, graph.inputs(name))
-        versions = {p: s.version for p, s in pinned.items()}
+        versions = _versions(pinned)
 
         def read(path: str) -> DataFrame:
             return lake.read(pinned[path])

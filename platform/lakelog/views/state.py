@@ -32,6 +32,11 @@ def _sql_app(model: Model) -> str:
     return f"{APP}:{model.name}#sql"
 
 
+def _hash60(text: str) -> int:
+    """60 bits of SHA-256: a positive value that fits a Delta application transaction."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16)
+
+
 def fingerprint(model: Model) -> int:
     """60 bits of a hash of what the table's rows depend on: the SQL (its own and that of the
     view models it inlines), the key, the partitioning."""
@@ -39,15 +44,11 @@ def fingerprint(model: Model) -> int:
         model.template, *model.inlined, ",".join(model.config.unique_key),
         str(model.config.partition_by),
     ])
-    return int(hashlib.sha256(source.encode()).hexdigest()[:15], 16)
+    return _hash60(source)
 
 
 def _id_app(model: Model, path: str) -> str:
     return f"{APP}:{model.name}@{path}#id"
-
-
-def _id_hash(table_id: str) -> int:
-    return int(hashlib.sha256(table_id.encode()).hexdigest()[:15], 16)
 
 
 def state_txns(model: Model, output: Snapshot, inputs: Mapping[str, Snapshot]) -> list[AppTxn]:
@@ -57,7 +58,7 @@ def state_txns(model: Model, output: Snapshot, inputs: Mapping[str, Snapshot]) -
         AppTxn(f"{APP}:{model.name}", output.version + 1),
         AppTxn(_sql_app(model), fingerprint(model)),
         *(AppTxn(_input_app(model, path), s.version) for path, s in sorted(inputs.items())),
-        *(AppTxn(_id_app(model, path), _id_hash(s.table_id)) for path, s in sorted(inputs.items())),
+        *(AppTxn(_id_app(model, path), _hash60(s.table_id)) for path, s in sorted(inputs.items())),
     ]
 
 
@@ -77,7 +78,7 @@ def load_state(
         if done is None:
             return None, f"{path} is a new input"
         identity = output.txn_version(_id_app(model, path))
-        if done > current or (identity is not None and identity != _id_hash(pinned.table_id)):
+        if done > current or (identity is not None and identity != _hash60(pinned.table_id)):
             return None, f"{path} was recreated since the last run (a new Delta table)"
         state[path] = done
     return state, "changes since the last run"
