@@ -262,6 +262,14 @@ class Breakdown:
                 entry["calls"] += (calls - c0) / divide if divide > 1 else calls - c0
 
 
+def sorted_sections(sink: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The `Breakdown.section` sink for the report: each section's entries, slowest first."""
+    return {
+        key: dict(sorted(entries.items(), key=lambda kv: -kv[1]["seconds"]))
+        for key, entries in sink.items()
+    }
+
+
 def install_breakdown() -> Breakdown:
     from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
     from pyspark.sql.readwriter import DataFrameWriter
@@ -716,10 +724,7 @@ def main(argv: list[str] | None = None) -> None:
             phases_memory["history"] = memory(pid)
         report["memory"] = {**memory(pid), "after_phase": phases_memory}
         if breakdown:
-            report["breakdown"] = {
-                key: dict(sorted(entries.items(), key=lambda kv: -kv[1]["seconds"]))
-                for key, entries in sink.items()
-            }
+            report["breakdown"] = sorted_sections(sink)
         report["wall_seconds"] = round(time.perf_counter() - started, 1)
     finally:
         spark.stop()

@@ -34,7 +34,7 @@ from pyspark.sql import types as T
 
 from bench_log import (  # benchmarks/ is on sys.path when this script runs
     Breakdown, Clock, engine_version, install_breakdown, jvm_counters, jvm_heap_flags, jvm_pid,
-    memory, progress, rate, utcnow,
+    memory, progress, rate, sorted_sections, utcnow,
 )
 from lakelog import consumers, ingest
 from lakelog.lake import EmbeddedLake
@@ -560,10 +560,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         report["memory"] = {**memory(pid), "after_phase": phases_memory}
         if breakdown:
-            report["breakdown"] = {
-                key: dict(sorted(entries.items(), key=lambda kv: -kv[1]["seconds"]))
-                for key, entries in sink.items()
-            }
+            report["breakdown"] = sorted_sections(sink)
         report["wall_seconds"] = round(time.perf_counter() - started, 1)
     finally:
         spark.stop()
