@@ -33,7 +33,6 @@ from lakelog.consumers import BatchInput, Changes, Consumer
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
 from lakelog.watermarks import from_us, watermark_of
-from lakelog.windows.frames import check_events
 from lakelog.windows.pruning import files_to_read
 from lakelog.windows.step import Update, apply_batch, scan
 
@@ -82,10 +81,11 @@ def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
 
 
 def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame | Changes | None]:
-    events = prepared(agg, batch.records)
-    check_events(agg, events)
     before, after = watermark_of(batch.state), watermark_of(batch.next_state)
-    scanned = batch.scratch.get(SCANNED) or scan(agg, events, watermark_before=before)
+    # The scan normalizes the events, which checks they have the columns the aggregate needs.
+    scanned = batch.scratch.get(SCANNED) or scan(
+        agg, prepared(agg, batch.records), watermark_before=before
+    )
     table = agg.state or agg.windows
     snapshot = batch.outputs[table.path]
     files = snapshot.files()
