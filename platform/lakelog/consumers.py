@@ -31,7 +31,9 @@ from lakelog.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.errors import ConfigError, ConsumerBusyError
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, already_committed
 from lakelog.log import ensure_topic_table, offsets_for_time, partition_states, read_offsets, topic_snapshot
-from lakelog.merge import rewrite, upsert
+from lakelog.fold import ensure_layout
+from lakelog.lake.merge_on_read import MergeKeys, merge_keys
+from lakelog.merge import clustered, rewrite, upsert
 from lakelog.topics import Topic
 
 NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
@@ -43,6 +45,9 @@ class Output:
 
     An upserted row replaces the stored one only if its `newer_by` column is greater (when set);
     `rows_per_file` clusters the upserted files by key range so that later upserts prune.
+    With `merge_on_read` (needs `keys` and `newer_by`), rows are appended as new versions of
+    their keys and readers resolve the newest (`lakelog.lake.merge_on_read`); a `lakelog.fold`
+    compacts them.
     """
 
     path: str
@@ -51,6 +56,22 @@ class Output:
     partition_by: tuple[str, ...] = ()
     newer_by: str | None = None
     rows_per_file: int | None = None
+    merge_on_read: bool = False
+
+    def __post_init__(self) -> None:
+        if self.merge_on_read and not (self.keys and self.newer_by):
+            raise ConfigError(f"output {self.path}: merge-on-read needs keys and newer_by")
+        if self.merge_on_read and self.partition_by:
+            # Its reads tell files apart by name, which repeats across partition folders.
+            raise ConfigError(f"output {self.path}: a merge-on-read table is not partitioned")
+
+    @property
+    def merge_keys(self) -> MergeKeys | None:
+        """The merge keys of a merge-on-read output, else None."""
+        if not self.merge_on_read:
+            return None
+        assert self.newer_by is not None
+        return MergeKeys(self.keys, self.newer_by)
 
 
 @dataclass(frozen=True)
@@ -239,9 +260,15 @@ def run_batch(
     planned_at = checkpoint.updated_at or now
 
     txn = AppTxn(consumer.app_id, plan.batch)
+    snapshots = {}
     for output in consumer.outputs:
-        lake.create_table(output.path, output.schema, partition_by=output.partition_by)
-    snapshots = {o.path: lake.snapshot(o.path) for o in consumer.outputs}
+        merge = output.merge_keys
+        lake.create_table(output.path, output.schema, partition_by=output.partition_by,
+                          properties=None if merge is None else merge.properties())
+        snapshots[output.path] = lake.snapshot(output.path)
+        if output.keys and merge_keys(snapshots[output.path].properties) != merge:
+            ensure_layout(lake, output.path, merge, rows_per_file=output.rows_per_file)
+            snapshots[output.path] = lake.snapshot(output.path)
     pending = [o for o in consumer.outputs if not already_committed(snapshots[o.path], txn)]
     state = checkpoint.state
     if pending or consumer.advance:
@@ -294,6 +321,15 @@ def _write_output(
         rewrite(lake, snapshot, changes.rows, files=changes.files, keys=output.keys,
                 rows_per_file=output.rows_per_file, rows_hint=changes.rows_hint, txns=[txn],
                 metadata=metadata)
+    elif output.merge_on_read:
+        if changes.deletes is not None or changes.files is not None:
+            raise ConfigError(f"output {output.path} is merge-on-read: it takes new versions "
+                              "of rows, not deletes or files to replace")
+        rows = changes.rows
+        if output.rows_per_file:  # at most one row per record; usually one sorted file
+            rows = clustered(rows, output.keys, output.rows_per_file,
+                             changes.rows_hint or plan.records)
+        lake.write(snapshot, rows, txns=[txn], metadata=metadata)
     elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,

@@ -37,8 +37,8 @@ def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) ->
 
 def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     """The table's rows with a key of `rows`, reading only the candidate files."""
-    existing = lake.read(snapshot, files=candidate_files(snapshot, rows, keys))
-    return existing.join(rows.select(*keys).distinct(), list(keys), "left_semi")
+    return lake.read(snapshot, files=candidate_files(snapshot, rows, keys),
+                     keys=rows.select(*keys).distinct())
 
 
 def clustered(df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int) -> DataFrame:

@@ -111,8 +111,19 @@ class Lake(Protocol):
 
     def snapshot(self, path: str, version: int | None = None) -> Snapshot: ...
 
-    def read(self, snapshot: Snapshot, *, files: Sequence[DataFile] | None = None) -> DataFrame:
-        """The snapshot's rows (or only those of `files`), read by Spark from the Parquet files."""
+    def read(
+        self,
+        snapshot: Snapshot,
+        *,
+        files: Sequence[DataFile] | None = None,
+        keys: DataFrame | None = None,
+        all_versions: bool = False,
+    ) -> DataFrame:
+        """The snapshot's rows (or only those of `files`; only those whose key columns match a
+        row of `keys`), read by Spark from the Parquet files.
+
+        A merge-on-read table (`lakelog.lake.merge_on_read`) gives each key's current row only,
+        unless `all_versions`."""
 
     def write(
         self,
@@ -152,7 +163,11 @@ class Lake(Protocol):
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]: ...
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
-        """The change data feed: rows inserted and deleted by versions ``start..end`` inclusive."""
+        """The change data feed: rows inserted and deleted by versions ``start..end`` inclusive
+        (of a merge-on-read table: the range's net change, `lakelog.lake.changes.net_changes`)."""
+
+    def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
+        """Set table properties in a new version (returned)."""
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
         """Delete files no longer referenced by versions younger than `retention`."""

@@ -47,16 +47,23 @@ def _log_actions(fs: pafs.FileSystem, table_fs_path: str, version: int) -> Itera
             yield json.loads(line)
 
 
+def _timestamp(actions: list[dict]) -> datetime:
+    stamp_ms = next((a["commitInfo"].get("timestamp") for a in actions if "commitInfo" in a), 0)
+    return datetime.fromtimestamp((stamp_ms or 0) / 1000, tz=timezone.utc)
+
+
+def commit_timestamp(fs: pafs.FileSystem, table_fs_path: str, version: int) -> datetime:
+    """When `version` was committed (from its commit info)."""
+    return _timestamp(list(_log_actions(fs, table_fs_path, version)))
+
+
 def _file_changes(
     fs: pafs.FileSystem, table_fs_path: str, start_version: int, end_version: int
 ) -> list[_FileChange]:
     changes = []
     for version in range(start_version, end_version + 1):
         actions = list(_log_actions(fs, table_fs_path, version))
-        stamp_ms = next(
-            (a["commitInfo"].get("timestamp") for a in actions if "commitInfo" in a), 0
-        )
-        stamp = datetime.fromtimestamp((stamp_ms or 0) / 1000, tz=timezone.utc)
+        stamp = _timestamp(actions)
         for action in actions:
             if "add" in action and action["add"].get("dataChange", True):
                 changes.append(_FileChange(action["add"]["path"], version, stamp, "insert"))
@@ -112,6 +119,35 @@ def read_changes(
     }
     if rewritten:
         inserts, deletes = _cancel(inserts, deletes, columns), _cancel(deletes, inserts, columns)
+    return _labelled(inserts, deletes, columns)
+
+
+def net_changes(
+    *, before: DataFrame | None, after: DataFrame, version: int, timestamp: datetime
+) -> DataFrame:
+    """The net change of a merge-on-read table (`lakelog.lake.merge_on_read`) over a range of
+    versions: of the keys its raw change feed names, the current rows of `before` (the version
+    before the range; None if the table is new) that are gone from `after` (its last version)
+    are deletes, and those new in `after` inserts, all labelled with the last version. A version
+    appended new versions of keys, not new keys, so the raw feed alone would miss the replaced
+    rows; and a version older than the stored one changes nothing at all."""
+    columns = after.columns
+
+    def labelled(df: DataFrame) -> DataFrame:
+        return df.select(
+            *columns,
+            F.lit(version).cast("long").alias("_commit_version"),
+            F.lit(timestamp).cast("timestamp").alias("_commit_timestamp"),
+        )
+
+    new = labelled(after)
+    if before is None:
+        return _labelled(new, new.limit(0), columns)
+    old = labelled(before)
+    return _labelled(_cancel(new, old, columns), _cancel(old, new, columns), columns)
+
+
+def _labelled(inserts: DataFrame, deletes: DataFrame, columns: list[str]) -> DataFrame:
     return (
         inserts.withColumn("_change_type", F.lit("insert"))
         .unionByName(deletes.withColumn("_change_type", F.lit("delete")))

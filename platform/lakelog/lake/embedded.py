@@ -24,15 +24,18 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakelog.errors import (
+    ChangesUnavailableError,
     ConcurrentWriteError,
     SchemaMismatchError,
     TableNotFoundError,
 )
 from lakelog.lake.base import AppTxn, DataFile, WriteMode
-from lakelog.lake.changes import read_changes
+from lakelog.lake.changes import commit_timestamp, net_changes, read_changes
+from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch, spark_schema, widen
 from lakelog.lake.stats import partition_values, stats_json
 
@@ -175,6 +178,7 @@ class EmbeddedLake:
                     # A losing concurrent creator must not retry its create as version 1: that
                     # metadata change would fail every writer that read version 0.
                     commit_properties=CommitProperties(max_commit_retries=0),
+                    raise_if_key_not_exists=False,  # lakelog's own properties (lakelog.*)
                 )
             except CommitFailedError:
                 pass  # another writer created it first; the schema check below still applies
@@ -194,19 +198,43 @@ class EmbeddedLake:
             partition_by=list(table.metadata().partition_columns) or None,
             configuration=dict(table.metadata().configuration),
             storage_options=self._storage_options,
+            raise_if_key_not_exists=False,
         )
 
     def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
         return DeltaSnapshot(path, self._delta(path, version), self._files)
 
-    def read(self, snapshot: DeltaSnapshot, *, files: Sequence[DataFile] | None = None) -> DataFrame:
-        schema = snapshot.schema
-        chosen = snapshot.files() if files is None else list(files)
-        if not chosen:
-            return self.spark.createDataFrame([], schema)
+    def read(
+        self,
+        snapshot: DeltaSnapshot,
+        *,
+        files: Sequence[DataFile] | None = None,
+        keys: DataFrame | None = None,
+        all_versions: bool = False,
+    ) -> DataFrame:
+        merge = merge_keys(snapshot.properties)
+        if merge is None or all_versions:
+            rows = self._read_files(snapshot, snapshot.files() if files is None else files)
+            return rows if keys is None else rows.join(keys, keys.columns, "left_semi")
+
+        def read_files(chosen: Sequence[DataFile]) -> DataFrame:
+            return self._read_files(snapshot, chosen, with_file=True)
+
+        return current_rows(read_files, snapshot.files(), files, merge, keys)
+
+    def _read_files(
+        self, snapshot: DeltaSnapshot, files: Sequence[DataFile], *, with_file: bool = False
+    ) -> DataFrame:
+        spark, schema = self.spark, snapshot.schema  # a Column needs a started session
+        columns = [F.col(c) for c in schema.fieldNames()]
+        if with_file:
+            columns.append(F.col("_metadata.file_name").alias(FILE))
+        if not files:
+            empty = spark.createDataFrame([], schema)
+            return empty.withColumn(FILE, F.lit(None).cast("string")) if with_file else empty
         base = self.spark_path(snapshot.path)
-        reader = self.spark.read.schema(schema).option("basePath", base)
-        return reader.parquet(*[f"{base}/{f.path}" for f in chosen]).select(*schema.fieldNames())
+        reader = spark.read.schema(schema).option("basePath", base)
+        return reader.parquet(*[f"{base}/{f.path}" for f in files]).select(*columns)
 
     def write(
         self,
@@ -360,15 +388,57 @@ class EmbeddedLake:
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
         latest = self.snapshot(path)
-        return read_changes(
+        end = latest.version if end_version is None else end_version
+        rows = read_changes(
             self.spark,
             fs=self._fs,
             table_fs_path=self._fs_path(path),
             table_spark_path=self.spark_path(path),
             schema=latest.schema,
             start_version=start_version,
-            end_version=latest.version if end_version is None else end_version,
+            end_version=end,
         )
+        before = self.snapshot(path, start_version - 1) if start_version > 0 else None
+        after = self.snapshot(path, end)
+        # Merge-on-read at either end (a layout switch inside the range included).
+        merge = merge_keys(after.properties) or (before and merge_keys(before.properties))
+        if not merge:
+            return rows
+        # Only files that can hold a touched key are read: those overlapping their range.
+        touched = rows.select(*merge.keys).distinct()
+        first = merge.keys[0]
+        bounds = touched.agg(F.min(first).alias("lo"), F.max(first).alias("hi")).first()
+
+        def holding(snapshot: DeltaSnapshot) -> list[DataFile]:
+            if bounds["lo"] is None:
+                return []
+            return [f for f in snapshot.files() if f.overlaps(first, bounds["lo"], bounds["hi"])]
+
+        if before is not None:
+            self._require_files(before, holding(before),
+                                f"the change feed from version {start_version}")
+        return net_changes(
+            before=None if before is None else self.read(before, files=holding(before),
+                                                         keys=touched),
+            after=self.read(after, files=holding(after), keys=touched),
+            version=end,
+            timestamp=commit_timestamp(self._fs, self._fs_path(path), end),
+        )
+
+    def _require_files(
+        self, snapshot: DeltaSnapshot, files: Sequence[DataFile], purpose: str
+    ) -> None:
+        for f in files:
+            info = self._fs.get_file_info(self._fs_path(f"{snapshot.path}/{f.path}"))
+            if info.type == pafs.FileType.NotFound:
+                raise ChangesUnavailableError(
+                    f"{purpose} of {snapshot.path} needs version {snapshot.version}, whose file "
+                    f"{f.path} was vacuumed; read changes from a later version"
+                )
+
+    def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
+        self._delta(path).alter.set_table_properties(dict(properties), raise_if_not_exists=False)
+        return self._delta(path).version()
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
         return self._delta(path).vacuum(
