@@ -122,7 +122,10 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
             metadata["late_records"] = sum(rows[p] for p in late_outputs) - late_before
         for output in consumer.outputs:
             snapshot = snapshots[output.path]
-            extra = {"dagster/row_count": rows[output.path]}
+            # A merge-on-read table's files hold versions until a fold: its file statistics
+            # count versions, and counting rows would be a resolving read of the whole table.
+            extra = ({"stored_versions": rows[output.path]} if output.merge_on_read
+                     else {"dagster/row_count": rows[output.path]})
             if snapshot and "_deleted" in output.schema.fieldNames() and output.newer_by:
                 extra.update(
                     change_counts(the_lake, output.path, before[output.path] + 1, snapshot.version)

@@ -7,7 +7,7 @@ Dagster layer turns one declaration into the capture, topic, table and check ass
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
@@ -59,8 +59,18 @@ def table_consumer(compacted: CompactedTable, history: HistoryTable) -> Consumer
 
 
 def captured_source(
-    server_name: str, tables: tuple[SourceTable, ...], *, partitions: int = 4
+    server_name: str,
+    tables: tuple[SourceTable, ...],
+    *,
+    partitions: int = 4,
+    merge_on_read: Collection[str] = (),
 ) -> CapturedSource:
+    """The changelogs, compacted and history tables of `tables`; the compacted tables named in
+    `merge_on_read` are merge-on-read (`lakelog.compacted`), the rest copy-on-write."""
+    unknown = set(merge_on_read) - {t.name for t in tables}
+    if unknown:
+        raise ConfigError(f"merge-on-read tables {sorted(unknown)} are not captured tables of "
+                          f"{server_name}")
     changelogs = {
         t.topic: changelog_topic(t.name, t.spark_schema(), t.primary_key, partitions=partitions)
         for t in tables
@@ -70,7 +80,8 @@ def captured_source(
         tables,
         changelogs,
         compacted={t.name: CompactedTable(t.name, changelogs[t.topic], t.spark_schema(),
-                                          t.primary_key) for t in tables},
+                                          t.primary_key, merge_on_read=t.name in merge_on_read)
+                   for t in tables},
         history={t.name: HistoryTable(t.name, changelogs[t.topic], t.spark_schema(),
                                       t.primary_key) for t in tables},
     )

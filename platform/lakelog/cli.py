@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from pyspark.sql import functions as F
 
 from lakelog import consumers, ingest
-from lakelog.errors import LakelogError, UnknownConsumerError, UnknownTopicError
+from lakelog.errors import ConfigError, LakelogError, UnknownConsumerError, UnknownTopicError
 from lakelog.lake import EmbeddedLake
 from lakelog.log import offsets_for_time, partition_states, read_offsets, topic_snapshot
 from lakelog.topics import Topic
@@ -254,12 +254,34 @@ def cmd_compact(args: argparse.Namespace) -> None:
     topic = _topic(args.topic)
     lake = _lake(args)
     result = compact_topic(lake, topic, now=_now())
-    _emit(
-        args,
-        {**result.__dict__, "ratio": result.ratio},
+    _emit_compaction(
+        args, result, "compact",
         f"{topic.name}: {result.files_before} closed files, {result.records_before:,} records "
-        f"-> {result.records_after:,} ({result.tombstones_removed:,} tombstones removed)"
-        + ("" if result.version is not None else "; nothing to compact"),
+        f"-> {result.records_after:,} ({result.tombstones_removed:,} tombstones removed)",
+    )
+
+
+def _emit_compaction(args: argparse.Namespace, result: Any, verb: str, text: str) -> None:
+    """A compaction's result (with its `ratio`), saying so when there was nothing to `verb`."""
+    _emit(args, {**result.__dict__, "ratio": result.ratio},
+          text + ("" if result.version is not None else f"; nothing to {verb}"))
+
+
+def cmd_fold(args: argparse.Namespace) -> None:
+    from lakelog.compacted import fold_table
+    from lakelog.demo import shop_cdc
+
+    tables = {t.path: t for t in shop_cdc.COMPACTED.values() if t.merge_on_read}
+    table = tables.get(args.table)
+    if table is None:
+        raise ConfigError(f"{args.table!r} is not a merge-on-read table; those are: "
+                          f"{', '.join(sorted(tables)) or 'none'}")
+    result = fold_table(_lake(args), table, now=_now())
+    _emit_compaction(
+        args, result, "fold",
+        f"{table.path}: {result.files_folded} of {result.files_before} files folded, "
+        f"{result.versions_read:,} versions -> {result.rows_written:,} rows "
+        f"({result.rows_dropped:,} expired tombstones dropped)",
     )
 
 
@@ -292,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
                              help="compact a topic's log (keep the latest record per key)")
     compact.add_argument("topic")
     compact.set_defaults(func=cmd_compact)
+
+    fold = sub.add_parser("fold", parents=[common],
+                          help="fold a merge-on-read table (one version per key)")
+    fold.add_argument("table", help="its path, e.g. tables/customers")
+    fold.set_defaults(func=cmd_fold)
 
     sub.add_parser("topics", parents=[common], help="topics with offsets per log partition").set_defaults(func=cmd_topics)
 

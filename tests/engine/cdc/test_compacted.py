@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from cdc_helpers import capture_all, connect_sqlite, source_rows
 from pyspark.sql import functions as F
 
 from lakelog import consumers, dead_letters, ingest
 from lakelog.cdc import SqliteSource, capture
 from lakelog.changelog import changelog_topic
-from lakelog.compacted import CompactedTable, live_rows, purge_tombstones
+from lakelog.compacted import CompactedTable, fold_table, live_rows, purge_tombstones
 from lakelog.demo import oltp
+from lakelog.lake.merge_on_read import MergeKeys, merge_keys
 from lakelog.lake import EmbeddedLake
 
 CUSTOMERS = oltp.TABLES[0]
 ROW = CUSTOMERS.spark_schema()
 TOPIC = changelog_topic("customers", ROW, CUSTOMERS.primary_key)
 TABLE = CompactedTable("customers", TOPIC, ROW, CUSTOMERS.primary_key, rows_per_file=3)
+LAYOUTS = ["copy-on-write", "merge-on-read"]
 ISO = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 
 
@@ -40,25 +44,34 @@ def change(op, key, *, lsn, commit=None, name=None, ts=1_772_366_400_000):
     })
 
 
-def apply(lake, spark, now, lines):
+@pytest.fixture(params=LAYOUTS)
+def table(request):
+    """The compacted table in each layout: the same rows must come out of both."""
+    return replace(TABLE, merge_on_read=request.param == "merge-on-read")
+
+
+def apply(lake, spark, now, lines, table=TABLE):
     ingest.produce(lake, spark, TOPIC, lines, source="test", now=now)
-    return consumers.run_until_caught_up(lake, TABLE.consumer, {TOPIC.name: TOPIC}, now=lambda: now)
+    return consumers.run_until_caught_up(lake, table.consumer, {TOPIC.name: TOPIC}, now=lambda: now)
 
 
 def table_rows(lake):
     df = lake.read(lake.snapshot(TABLE.path))
-    return {r["customer_id"]: (r["name"], r["_deleted"]) for r in df.collect()}
+    rows = [(r["customer_id"], (r["name"], r["_deleted"])) for r in df.collect()]
+    assert len(rows) == len(dict(rows)), "one row per key"
+    return dict(rows)
 
 
-def test_newest_position_wins_whatever_the_arrival_order(lake, spark, now):
+def test_newest_position_wins_whatever_the_arrival_order(lake, spark, now, table):
     apply(lake, spark, now, [change("c", 1, lsn=10, name="a1"), change("c", 2, lsn=11, name="b1"),
-                             change("u", 1, lsn=30, name="a3")])
+                             change("u", 1, lsn=30, name="a3")], table)
     # A late, older update of 1 and a replay of 2's create change nothing; 3 is new.
     apply(lake, spark, now, [change("u", 1, lsn=20, name="a2"), change("c", 2, lsn=11, name="b1"),
-                             change("c", 3, lsn=40, name="c1")])
+                             change("c", 3, lsn=40, name="c1")], table)
     assert table_rows(lake) == {1: ("a3", False), 2: ("b1", False), 3: ("c1", False)}
     # Within one batch the newest change of a key wins too, in any order.
-    apply(lake, spark, now, [change("u", 3, lsn=60, name="c3"), change("u", 3, lsn=50, name="c2")])
+    apply(lake, spark, now, [change("u", 3, lsn=60, name="c3"), change("u", 3, lsn=50, name="c2")],
+          table)
     assert table_rows(lake)[3] == ("c3", False)
 
 
@@ -69,17 +82,49 @@ def test_commit_position_orders_before_change_position(lake, spark, now):
     assert table_rows(lake)[1] == ("second", False)
 
 
-def test_delete_leaves_a_tombstone_that_a_late_change_cannot_resurrect(lake, spark, now):
-    apply(lake, spark, now, [change("c", 1, lsn=10, name="a1"), change("c", 2, lsn=11, name="b1")])
-    apply(lake, spark, now, [change("d", 1, lsn=30)])
-    apply(lake, spark, now, [change("u", 1, lsn=20, name="late")])
+def test_delete_leaves_a_tombstone_that_a_late_change_cannot_resurrect(lake, spark, now, table):
+    apply(lake, spark, now, [change("c", 1, lsn=10, name="a1"), change("c", 2, lsn=11, name="b1")],
+          table)
+    apply(lake, spark, now, [change("d", 1, lsn=30)], table)
+    apply(lake, spark, now, [change("u", 1, lsn=20, name="late")], table)
     assert table_rows(lake) == {1: (None, True), 2: ("b1", False)}
-    assert [r["customer_id"] for r in live_rows(lake, TABLE).collect()] == [2]
-    # Purge: nothing before the retention has passed, then exactly the tombstone.
-    assert purge_tombstones(lake, TABLE, now=now) == 0
-    assert purge_tombstones(lake, TABLE, now=now + timedelta(days=365 * 10)) == 1
-    assert table_rows(lake) == {2: ("b1", False)}
-    assert purge_tombstones(lake, TABLE, now=now + timedelta(days=365 * 10)) == 0
+    assert [r["customer_id"] for r in live_rows(lake, table).collect()] == [2]
+    # Purge: nothing before the retention has passed, then exactly the tombstone. Of a
+    # merge-on-read table, a fold drops it with its key's older versions; a purge only takes
+    # tombstones from files that overlap no other.
+    later = now + timedelta(days=365 * 10)
+    assert purge_tombstones(lake, table, now=now) == 0
+    if table.merge_on_read:
+        assert purge_tombstones(lake, table, now=later) == 0  # older versions elsewhere
+        assert fold_table(lake, table, now=now).rows_dropped == 0  # not expired yet
+        # New keys 0 and 3: one file whose key range overlaps every folded one.
+        apply(lake, spark, now, [change("c", 0, lsn=50, name="z"), change("c", 3, lsn=51,
+                                                                         name="c")], table)
+        assert fold_table(lake, table, now=later).rows_dropped == 1
+        live = {0: ("z", False), 2: ("b1", False), 3: ("c", False)}
+        assert table_rows(lake) == live
+        apply(lake, spark, now, [change("d", 9, lsn=60)], table)  # a file of its own
+        assert purge_tombstones(lake, table, now=later) == 1
+        assert table_rows(lake) == live
+    else:
+        assert purge_tombstones(lake, table, now=later) == 1
+        assert table_rows(lake) == {2: ("b1", False)}
+    assert purge_tombstones(lake, table, now=later) == 0
+
+
+def test_a_table_declared_in_the_other_layout_is_converted_with_its_rows(lake, spark, now):
+    merge_on_read = replace(TABLE, merge_on_read=True)
+    apply(lake, spark, now, [change("c", 1, lsn=10, name="a1"), change("c", 2, lsn=11, name="b1")])
+    apply(lake, spark, now, [change("u", 1, lsn=20, name="a2")], merge_on_read)
+    assert merge_keys(lake.snapshot(TABLE.path).properties) == MergeKeys(TABLE.key, "_position")
+    apply(lake, spark, now, [change("u", 2, lsn=30, name="b2")], merge_on_read)
+    assert len(lake.snapshot(TABLE.path).files()) == 3  # versions appended, not merged
+    apply(lake, spark, now, [change("d", 1, lsn=40)])  # copy-on-write again: folded first
+    snapshot = lake.snapshot(TABLE.path)
+    assert merge_keys(snapshot.properties) is None
+    plain = lake.read(snapshot, all_versions=True).collect()
+    assert sorted((r.customer_id, r.name, r._deleted) for r in plain) == [
+        (1, None, True), (2, "b2", False)]
 
 
 def test_malformed_change_events_are_dead_letters(lake, spark, now):
