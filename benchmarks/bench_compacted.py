@@ -10,6 +10,12 @@ files the keys fall in, checkpoint. Two change mixes:
   100,000 — active customers are mostly recent ones;
 - ``uniform``: updates of keys drawn uniformly from the whole table.
 
+Both layouts of the table are measured: ``copy-on-write`` (a batch rewrites the files its keys
+fall in) and ``merge-on-read`` (a batch appends its rows as new versions; reads resolve the
+newest, and a fold compacts). What merge-on-read defers is measured too: a lookup of 10,000
+random keys (what a stream–table join reads) and a count of the live rows of the whole table
+(what a view or a check reads), before and after the fold, and the fold itself.
+
 Prints one JSON object; progress on stderr. Example:
 
     /work/venv/bin/python benchmarks/bench_compacted.py --small 1000000 --large 10000000
@@ -26,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from pyspark.sql import SparkSession
@@ -35,15 +42,40 @@ from lakelog import consumers, ingest
 from lakelog.compacted import CompactedTable
 from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
-from lakelog.merge import clustered
+from lakelog.fold import fold
+from lakelog.merge import clustered, read_keys
 from lakelog.session import create_session
 
 HOT = 100_000
+LAYOUTS = ["copy-on-write", "merge-on-read"]
+LOAD = os.getloadavg()
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def timed(work):
+    start = time.perf_counter()
+    result = work()
+    return result, round(time.perf_counter() - start, 3)
+
+
+def lookup(spark: SparkSession, lake: EmbeddedLake, table: CompactedTable, keys: int) -> float:
+    """Seconds to read the current rows of 10,000 distinct random keys (`merge.read_keys`)."""
+    sample = random.Random(7).sample(range(1, keys + 1), min(10_000, keys))
+    wanted = spark.createDataFrame([(k,) for k in sample], "customer_id long")
+    found, took = timed(lambda: read_keys(lake, lake.snapshot(table.path), wanted,
+                                          table.key).count())
+    assert found == len(sample), found  # every key has a row (a deleted one, a tombstone)
+    return took
+
+
+def scan(lake: EmbeddedLake, table: CompactedTable) -> float:
+    """Seconds to count the live rows of the whole table (what a view or a check reads)."""
+    _, took = timed(lambda: lake.read(lake.snapshot(table.path)).where("NOT _deleted").count())
+    return took
 
 
 def build(spark: SparkSession, lake: EmbeddedLake, table: CompactedTable, keys: int) -> float:
@@ -61,7 +93,9 @@ def build(spark: SparkSession, lake: EmbeddedLake, table: CompactedTable, keys: 
         F.lit(False).alias("_deleted"),
         F.lit(NOW).cast("timestamp").alias("_commit_time"),
     )
-    lake.create_table(table.path, table.output.schema)
+    merge = table.output.merge_keys
+    lake.create_table(table.path, table.output.schema,
+                      properties=None if merge is None else merge.properties())
     snapshot = lake.snapshot(table.path)
     lake.write(snapshot, clustered(rows, table.key, table.rows_per_file, keys))
     return time.perf_counter() - start
@@ -92,11 +126,11 @@ def changes(keys: int, count: int, mix: str, first_position: int, seed: int) -> 
     return lines
 
 
-def run(spark: SparkSession, home: str, keys: int, args: argparse.Namespace) -> dict:
-    lake = EmbeddedLake(spark, os.path.join(home, f"keys-{keys}"))
-    table = shop_cdc.COMPACTED["customers"]
+def run(spark: SparkSession, home: str, keys: int, layout: str, args: argparse.Namespace) -> dict:
+    lake = EmbeddedLake(spark, os.path.join(home, f"{layout}-{keys}"))
+    table = replace(shop_cdc.COMPACTED["customers"], merge_on_read=layout == "merge-on-read")
     topics = {table.topic.name: table.topic}
-    progress(f"building a table of {keys:,} keys")
+    progress(f"building a {layout} table of {keys:,} keys")
     built = build(spark, lake, table, keys)
     files = len(lake.snapshot(table.path).files())
     result = {"keys": keys, "files": files, "build_s": round(built, 1), "mixes": {}}
@@ -108,18 +142,29 @@ def run(spark: SparkSession, home: str, keys: int, args: argparse.Namespace) -> 
             position += args.changes
             ingest.produce(lake, spark, table.topic, lines, source="bench", now=NOW)
             before = {f.path for f in lake.snapshot(table.path).files()}
-            start = time.perf_counter()
-            done = consumers.run_batch(lake, table.consumer, topics, now=NOW)
-            took = time.perf_counter() - start
+            done, took = timed(lambda: consumers.run_batch(lake, table.consumer, topics, now=NOW))
             assert done is not None and done.records == args.changes
             rewritten = len(before - {f.path for f in lake.snapshot(table.path).files()})
-            progress(f"  {keys:,} keys, {mix}, rep {rep}: {took:.2f}s, {rewritten} files rewritten")
+            progress(f"  {keys:,} keys, {layout}, {mix}, rep {rep}: {took:.2f}s, "
+                     f"{rewritten} files rewritten")
             if rep:  # repetition 0 warms up
                 seconds.append(took)
         result["mixes"][mix] = {
             "seconds": [round(s, 3) for s in seconds], "median_s": round(statistics.median(seconds), 3),
             "files_rewritten_last": rewritten,
         }
+    lookup(spark, lake, table, keys)  # warm-up
+    result["lookup_s"] = lookup(spark, lake, table, keys)
+    result["scan_s"] = scan(lake, table)
+    if table.merge_on_read:
+        folded, result["fold_s"] = timed(lambda: fold(lake, table.path,
+                                                      rows_per_file=table.rows_per_file))
+        result["fold"] = {"files_before": folded.files_before, "files_folded": folded.files_folded,
+                          "versions_read": folded.versions_read,
+                          "rows_written": folded.rows_written}
+        result["lookup_after_fold_s"] = lookup(spark, lake, table, keys)
+        result["scan_after_fold_s"] = scan(lake, table)
+    progress(f"  {keys:,} keys, {layout}: {json.dumps({k: v for k, v in result.items() if k != 'mixes'})}")
     return result
 
 
@@ -130,22 +175,29 @@ def main() -> None:
     p.add_argument("--changes", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--mix", action="append", choices=["recent", "uniform"])
+    p.add_argument("--layout", action="append", choices=LAYOUTS)
     p.add_argument("--driver-memory", default="6g")
     args = p.parse_args()
     args.mix = args.mix or ["recent", "uniform"]
+    args.layout = args.layout or LAYOUTS
     home = tempfile.mkdtemp(prefix="lakelog-bench-compacted-")
     spark = create_session(master="local[2]", app_name="lakelog-bench-compacted",
                            conf={"spark.driver.memory": args.driver_memory})
+    layouts = {}
     try:
-        small, large = run(spark, home, args.small, args), run(spark, home, args.large, args)
+        for layout in args.layout:
+            small = run(spark, home, args.small, layout, args)
+            large = run(spark, home, args.large, layout, args)
+            ratios = {m: round(large["mixes"][m]["median_s"] / small["mixes"][m]["median_s"], 2)
+                      for m in args.mix}
+            layouts[layout] = {"small": small, "large": large, "ratio": ratios}
+            shutil.rmtree(home, ignore_errors=True)
     finally:
         spark.stop()
         shutil.rmtree(home, ignore_errors=True)
-    ratios = {m: round(large["mixes"][m]["median_s"] / small["mixes"][m]["median_s"], 2)
-              for m in args.mix}
     json.dump({"changes": args.changes, "rows_per_file": shop_cdc.COMPACTED["customers"].rows_per_file,
-               "small": small, "large": large, "ratio": ratios, "target_ratio": 2.0,
-               "cpus": os.cpu_count()}, sys.stdout, indent=2)
+               "layouts": layouts, "target_ratio": 2.0, "cpus": os.cpu_count(),
+               "loadavg_at_start": LOAD}, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
 
