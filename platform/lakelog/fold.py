@@ -55,8 +55,8 @@ def fold(
     """Rewrite every group of key-overlapping files of merge-on-read table `path` in one commit.
 
     `drop` makes a predicate (once Spark runs) of current rows to remove from the folded files,
-    e.g. expired tombstones: safe, since every version of their keys is among those files. `declared` is the merge keys the table is
-    declared with: a table its consumer has not converted yet (it had nothing to consume since
+    e.g. expired tombstones: safe, since every version of their keys is among those files.
+    `declared` is the merge keys the table is declared with: a table its consumer has not converted yet (it had nothing to consume since
     the declaration changed) is converted first.
     """
     if declared is not None:

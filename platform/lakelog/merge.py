@@ -16,13 +16,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
-
-
-def overlapping(files: Sequence[DataFile], column: str, low: Any, high: Any) -> list[DataFile]:
-    """The files whose statistics of `column` overlap ``[low, high]`` (none if `low` is None)."""
-    if low is None:
-        return []
-    return [f for f in files if f.overlaps(column, low, high)]
+from lakelog.lake.base import overlapping
 
 
 def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> list[DataFile]:

@@ -50,6 +50,13 @@ class DataFile:
         return (low is None or hi >= low) and (high is None or lo <= high)
 
 
+def overlapping(files: Sequence[DataFile], column: str, low: Any, high: Any) -> list[DataFile]:
+    """The files whose statistics of `column` overlap ``[low, high]`` (none if `low` is None)."""
+    if low is None:
+        return []
+    return [f for f in files if f.overlaps(column, low, high)]
+
+
 def _comparable(value: Any) -> Any:
     """Datetimes as aware UTC; a naive one is local time, as PySpark returns timestamps."""
     if isinstance(value, datetime):

@@ -33,7 +33,7 @@ from lakelog.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakelog.lake.base import AppTxn, DataFile, WriteMode
+from lakelog.lake.base import AppTxn, DataFile, WriteMode, overlapping
 from lakelog.lake.changes import commit_timestamp, net_changes, read_changes
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch, spark_schema, widen
@@ -399,7 +399,7 @@ class EmbeddedLake:
             end_version=end,
         )
         before = self.snapshot(path, start_version - 1) if start_version > 0 else None
-        after = self.snapshot(path, end)
+        after = latest if end == latest.version else self.snapshot(path, end)
         # Merge-on-read at either end (a layout switch inside the range included).
         merge = merge_keys(after.properties) or (before and merge_keys(before.properties))
         if not merge:
@@ -407,12 +407,10 @@ class EmbeddedLake:
         # Only files that can hold a touched key are read: those overlapping their range.
         touched = rows.select(*merge.keys).distinct()
         first = merge.keys[0]
-        bounds = touched.agg(F.min(first).alias("lo"), F.max(first).alias("hi")).first()
+        lo, hi = touched.agg(F.min(first), F.max(first)).first()
 
         def holding(snapshot: DeltaSnapshot) -> list[DataFile]:
-            if bounds["lo"] is None:
-                return []
-            return [f for f in snapshot.files() if f.overlaps(first, bounds["lo"], bounds["hi"])]
+            return overlapping(snapshot.files(), first, lo, hi)
 
         if before is not None:
             self._require_files(before, holding(before),
