@@ -44,7 +44,7 @@ from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
 from lakelog.fold import fold
 from lakelog.merge import clustered, read_keys
-from lakelog.session import create_session
+from lakelog.spark.session import create_session
 
 HOT = 100_000
 LAYOUTS = ["copy-on-write", "merge-on-read"]

@@ -37,7 +37,7 @@ from lakelog.consumers import BatchInput, Consumer, Output
 from lakelog.demo import shop
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
-from lakelog.session import create_session
+from lakelog.spark.session import create_session
 from lakelog.topics import Topic
 
 INGEST_TARGET = 50_000  # records/s, landing -> log, on 2 cores

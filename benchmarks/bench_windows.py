@@ -38,7 +38,7 @@ from bench_log import (  # benchmarks/ is on sys.path when this script runs
 )
 from lakelog import consumers, ingest
 from lakelog.lake import EmbeddedLake
-from lakelog.session import create_session
+from lakelog.spark.session import create_session
 from lakelog.topics import EventTime, Topic
 from lakelog.watermarks import Watermark
 from lakelog.windows import (

@@ -16,7 +16,8 @@ Environment = Literal["local", "spark_connect"]
 def build_resources(environment: Environment = "local") -> dict[str, dg.ConfigurableResource]:
     """Resources by key. `spark_connect` reads its URLs from the environment at run time.
 
-    local: a `local[*]` session in each run worker; the lake at $LAKELOG_HOME or ./.lakelog.
+    local: the local Spark Connect server (started on first use); the lake at $LAKELOG_HOME
+    or ./.lakelog.
     spark_connect: a Spark Connect session at $LAKELOG_SPARK_REMOTE and the lake at
     $LAKELOG_HOME, which must be storage the client and the cluster both reach.
     Both: CDC sources are PostgreSQL at $LAKELOG_SOURCE_DSN when set, else SQLite in the lake.

@@ -1,5 +1,11 @@
-"""Shared fixtures: one local SparkSession for the whole test session, a fresh lake per test,
-and a fresh PostgreSQL database per test that asks for one."""
+"""Shared fixtures: one SparkSession for the whole test session, a fresh lake per test, a fresh
+PostgreSQL database per test that asks for one, and the test run's local Spark server.
+
+The session is classic `local[2]`; with ``--spark-connect`` it is a Spark Connect session to the
+test Spark server instead, so the engine and Dagster code run over Connect. The test Spark
+server (`spark_server.TEST_SERVER`) is also what the CLI and `dagster` subprocesses use: started
+by whichever process needs it first, stopped when the test run ends.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +19,41 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from spark_server import TEST_SERVER
+
 from lakelog.lake import EmbeddedLake
-from lakelog.session import create_session
+from lakelog.spark.server import status, stop
+from lakelog.spark.session import create_session, open_session
+
+_FOREIGN_SERVER = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--spark-connect", action="store_true",
+        help="run the in-process tests over Spark Connect (the test Spark server) instead of a "
+        "classic local[2] session",
+    )
+
+
+def pytest_sessionstart(session):
+    # A test Spark server already running belongs to another test run on this port: not ours
+    # to stop (LAKELOG_TEST_SPARK_PORT gives concurrent runs servers of their own).
+    session.config.stash[_FOREIGN_SERVER] = status(TEST_SERVER).alive
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):
+        return  # a worker: the controller stops the server once every worker has ended
+    if not session.config.stash.get(_FOREIGN_SERVER, True):
+        stop(TEST_SERVER)
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(request):
+    if request.config.getoption("--spark-connect"):
+        yield open_session(server=TEST_SERVER, app_name="lakelog-tests")
+        return
     session = create_session(
         master="local[2]",
         app_name="lakelog-tests",

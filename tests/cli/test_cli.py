@@ -15,6 +15,7 @@ import psycopg
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
+from spark_server import subprocess_env
 
 from lakelog.demo import shop, shop_cdc
 
@@ -25,9 +26,9 @@ DEMO = ["demo", "--events", "20000", "--batches", "2", "--seed", "11"]
 
 
 def lakelog(*args, home, check=True, timeout=600):
-    env = {**os.environ, "LAKELOG_SPARK_MASTER": "local[2]"}
     proc = subprocess.run(
-        [*LAKELOG, *args, "--home", str(home)], capture_output=True, text=True, env=env,
+        [*LAKELOG, *args, "--home", str(home)], capture_output=True, text=True,
+        env=subprocess_env(),
         timeout=timeout,
     )
     if check:
@@ -124,7 +125,7 @@ def test_demo_rerun_is_idempotent(demo_home, tmp_path):
 def test_killed_demo_finishes_with_the_same_tables(demo_home, tmp_path):
     reference, _ = demo_home
     home = tmp_path / "killed"
-    env = {**os.environ, "LAKELOG_SPARK_MASTER": "local[2]"}
+    env = subprocess_env()
     # The event pipeline only: the captured database's crash safety is the engine tests' part.
     for delay in (12, 25):  # kill it twice, at different stages, with SIGKILL
         proc = subprocess.Popen(
@@ -148,7 +149,7 @@ def test_killed_demo_finishes_with_the_same_tables(demo_home, tmp_path):
 def test_demo_captures_a_postgresql_shop_database(tmp_path, pg_database):
     """LAKELOG_SOURCE_DSN points the demo at PostgreSQL: logical decoding instead of SQLite."""
     home = tmp_path / "lake"
-    env = {**os.environ, "LAKELOG_SPARK_MASTER": "local[2]", "LAKELOG_SOURCE_DSN": pg_database}
+    env = subprocess_env(LAKELOG_SOURCE_DSN=pg_database)
     proc = subprocess.run(
         [*LAKELOG, "demo", "--events", "2000", "--batches", "1", "--no-streams", "--json",
          "--home", str(home)],

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from shop_records import SHOP_FILES
+from spark_server import TEST_SERVER
 
 from lakelog.demo.shop import TOPICS
 from lakelog.ingest import ingest
@@ -41,10 +42,18 @@ def land(lake) -> Land:
 
 
 @pytest.fixture
-def resources(spark, lake) -> dict[str, Any]:
+def spark_resource(spark, request) -> SparkResource:
+    """A Spark resource whose session is the shared one: classic, or with ``--spark-connect``
+    the test Spark server's."""
+    if request.config.getoption("--spark-connect"):
+        return SparkResource(remote=TEST_SERVER.url, app_name="lakelog-tests")
+    return SparkResource(master="local[2]", app_name="lakelog-tests", conf=SPARK_CONF)
+
+
+@pytest.fixture
+def resources(spark_resource, lake) -> dict[str, Any]:
     """The resources of `build_definitions`, on the shared session and the test's lake."""
-    session = SparkResource(master="local[2]", app_name="lakelog-tests", conf=SPARK_CONF)
-    return {"spark": session, "lake": LakeResource(spark=session, root=lake.root)}
+    return {"spark": spark_resource, "lake": LakeResource(spark=spark_resource, root=lake.root)}
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from lakelog.assets.definitions import build_definitions
 from lakelog.cdc.sources import sqlite_path
 from lakelog.demo import oltp
 from lakelog.demo.shop_cdc import SHOP
-from lakelog.resources import LakeResource, SourceResource, SparkResource
+from lakelog.resources import LakeResource, SourceResource
 from test_sensors import NoSpark
 
 
@@ -47,9 +47,8 @@ def test_capture_sensor_requests_once_per_position(lake, shop_db):
     assert tick(first.cursor).skip_reason is not None  # requested already
 
 
-def test_materializing_the_cdc_assets_mirrors_the_source(spark, lake, shop_db):
-    session = SparkResource(master="local[2]", app_name="lakelog-tests",
-                            conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"})
+def test_materializing_the_cdc_assets_mirrors_the_source(spark_resource, lake, shop_db):
+    session = spark_resource
     resources = {"spark": session, "lake": LakeResource(spark=session, root=lake.root),
                  "source": SourceResource()}
     defs = build_definitions({}, {}, sources=[SHOP], resources=resources)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,12 +10,13 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from shop_records import page_view
+from spark_server import subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def dagster(*args: str, home: Path, lakelog_home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DAGSTER_HOME": str(home), "LAKELOG_HOME": str(lakelog_home)}
+    env = subprocess_env(DAGSTER_HOME=str(home), LAKELOG_HOME=str(lakelog_home))
     return subprocess.run(
         [sys.executable, "-m", "dagster", *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,

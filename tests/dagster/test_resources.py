@@ -18,9 +18,9 @@ def test_lake_root_comes_from_lakelog_home_when_opened(monkeypatch, tmp_path):
     assert LakeResource(spark=SparkResource(), root="/data/lake").resolved_root() == "/data/lake"
 
 
-def test_lake_root_as_env_var_opens_that_lake(spark, monkeypatch, tmp_path):
+def test_lake_root_as_env_var_opens_that_lake(spark_resource, monkeypatch, tmp_path):
     monkeypatch.setenv("LAKELOG_TEST_ROOT", str(tmp_path / "from-env"))
-    session = SparkResource(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    session = spark_resource
 
     @dg.asset
     def where(lake: LakeResource) -> dg.MaterializeResult:
@@ -35,9 +35,9 @@ def test_lake_root_as_env_var_opens_that_lake(spark, monkeypatch, tmp_path):
     assert event.materialization.metadata["root"].value == str(tmp_path / "from-env")
 
 
-def test_spark_session_always_gets_the_required_settings(spark):
+def test_spark_session_always_gets_the_required_settings(spark, spark_resource):
     resource = SparkResource(
-        master="local[2]",
+        master=spark_resource.master, remote=spark_resource.remote,
         conf={"spark.sql.session.timeZone": "Europe/Paris", "spark.sql.shuffle.partitions": "3"},
     )
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from spark_server import subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -54,11 +55,9 @@ def dagster_dev(tmp_path_factory):
     landing.mkdir(parents=True)
     (landing / "ui.ndjson").write_text("".join(view(i) + "\n" for i in range(5)) + "{broken\n")
     port = free_port()
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(tmp_path_factory.mktemp("dagster_home")),
-        "LAKELOG_HOME": str(home),
-    }
+    env = subprocess_env(
+        DAGSTER_HOME=str(tmp_path_factory.mktemp("dagster_home")), LAKELOG_HOME=str(home)
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -129,7 +129,7 @@ class EmbeddedLake:
     @property
     def spark(self) -> SparkSession:
         if not self._spark_ready:
-            if not isinstance(self._spark, SparkSession):
+            if callable(self._spark):  # a factory (a session, classic or Connect, is not)
                 self._spark = self._spark()
             # Delta readers other than Spark need standard (not INT96) Parquet timestamps.
             self._spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
@@ -334,7 +334,8 @@ class EmbeddedLake:
         if problem:
             raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
         staging = f"{snapshot.path}/{STAGING}/{uuid.uuid4().hex}"
-        writer = df.select(*expected.fieldNames()).write.mode("errorifexists")
+        # "error" (= errorifexists): the one spelling Spark Connect accepts too.
+        writer = df.select(*expected.fieldNames()).write.mode("error")
         if snapshot.partition_columns:
             writer = writer.partitionBy(*snapshot.partition_columns)
         adds: list[AddAction] = []

@@ -3,6 +3,8 @@
 Every command takes ``--home`` (default: $LAKELOG_HOME, else ./.lakelog) and ``--json``. Errors
 are one line on stderr and a non-zero exit, never a traceback (set LAKELOG_DEBUG=1 to see one).
 Commands that only read offsets (topics, lag, offsets reset to earliest/latest) start no Spark.
+The others use the local Spark Connect server (`lakelog spark`), started on first use, unless
+``--master`` (a Spark of the command's own) or ``--remote`` (another Connect server) says so.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, NoReturn
 from pyspark.sql import functions as F
 
 from lakelog import consumers, ingest
+from lakelog.cli.spark import add_spark_commands
 from lakelog.errors import ConfigError, LakelogError, UnknownConsumerError, UnknownTopicError
 from lakelog.lake import EmbeddedLake
 from lakelog.log import offsets_for_time, partition_states, read_offsets, topic_snapshot
@@ -81,10 +84,12 @@ def _timestamp(text: str) -> datetime:
 
 def _lake(args: argparse.Namespace) -> EmbeddedLake:
     def start_spark():
-        from lakelog.session import create_session
+        from lakelog.spark.server import ServerConfig
+        from lakelog.spark.session import open_session
 
-        return create_session(
-            master=args.master, remote=args.remote, app_name=f"lakelog-{args.command}"
+        return open_session(
+            master=args.master, remote=args.remote, app_name=f"lakelog-{args.command}",
+            server=ServerConfig.from_environment(os.environ),
         )
 
     return EmbeddedLake(start_spark, args.home)
@@ -290,12 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--home", default=os.environ.get("LAKELOG_HOME", ".lakelog"),
                         help="lake root (default: $LAKELOG_HOME or ./.lakelog)")
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    common.add_argument("--master", default=os.environ.get("LAKELOG_SPARK_MASTER", "local[*]"),
-                        help="Spark master (default: $LAKELOG_SPARK_MASTER or local[*])")
+    common.add_argument("--master", default=os.environ.get("LAKELOG_SPARK_MASTER"),
+                        help="run a Spark of this process's own on this master, e.g. local[*] "
+                        "(default: $LAKELOG_SPARK_MASTER; else the local Spark server)")
     common.add_argument("--remote", default=os.environ.get("LAKELOG_SPARK_REMOTE"),
-                        help="Spark Connect URL, e.g. sc://host:15002")
+                        help="use this Spark Connect server, e.g. sc://host:15002 "
+                        "(default: $LAKELOG_SPARK_REMOTE; else the local Spark server)")
     parser = _Parser(prog="lakelog", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    add_spark_commands(sub, _emit, _Parser)
 
     demo = sub.add_parser("demo", parents=[common], help="run the web-shop demo end to end")
     demo.add_argument("--events", type=int, default=100_000)
@@ -355,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("lakelog: error: -n must be at least 1", file=sys.stderr)
         return 2
     try:
-        args.func(args)
+        code = args.func(args)
     except LakelogError as exc:
         print(f"lakelog: error: {exc}", file=sys.stderr)
         return 1
@@ -368,8 +376,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"lakelog: error: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
-    return 0
+    return code or 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,17 +1,25 @@
 """Building the SparkSession lakelog expects.
 
 Engine functions never create sessions; the CLI, the Dagster resource and the tests build one
-here so that every entry point runs with the same settings.
+here so that every entry point runs with the same settings. A session is one of three kinds:
+a Spark Connect session to `remote`, a classic in-process session on `master`, or (neither
+given) a Spark Connect session to the local server lakelog manages (`lakelog.spark.server`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
+if TYPE_CHECKING:
+    from lakelog.spark.server import ServerConfig
+
 LOG4J = Path(__file__).with_name("log4j2.properties")
+#: The local Connect server's logging: warnings, and where it listens once started.
+SERVER_LOG4J = Path(__file__).with_name("server-log4j2.properties")
 
 #: Settings the engine relies on: UTC session time (event times are instants), Parquet timestamps
 #: that every Delta reader understands, and small shuffles suited to microbatches.
@@ -70,3 +78,30 @@ def create_session(
     if not remote:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def open_session(
+    *,
+    master: str | None = None,
+    remote: str | None = None,
+    server: ServerConfig | None = None,
+    app_name: str = "lakelog",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A session on `remote`, else classic on `master`, else on the local server (`server`).
+
+    The local server is started first if none answers at its port (`ensure_running`).
+    """
+    if remote or master:
+        return create_session(master=master or "local[*]", remote=remote, app_name=app_name,
+                              conf=conf)
+    from lakelog.spark.server import ServerConfig, ensure_running
+
+    config = server or ServerConfig()
+    ensure_running(config)
+    return create_session(remote=config.url, app_name=app_name, conf=conf)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect session (no SparkContext, plans analysed remotely)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

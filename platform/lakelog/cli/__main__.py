@@ -1,0 +1,5 @@
+import sys
+
+from lakelog.cli.main import main
+
+sys.exit(main())

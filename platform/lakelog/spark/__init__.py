@@ -1,0 +1,1 @@
+"""Spark for lakelog: the sessions it builds and the local Spark Connect server it manages."""

@@ -1,0 +1,133 @@
+"""The local Spark Connect server: started once however many processes ask, bound to loopback,
+replaced when it died, stopped on request; bad settings are clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lakelog.errors import ConfigError
+from lakelog.spark.server import (
+    ServerConfig,
+    ServerError,
+    ensure_running,
+    listening_sockets,
+    status,
+    stop,
+)
+from lakelog.spark.session import open_session
+
+LAKELOG = [sys.executable, "-m", "lakelog.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server_env(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKELOG_SPARK")}
+    return {**env, "LAKELOG_SPARK_SERVER_PORT": str(free_port()),
+            "LAKELOG_SPARK_SERVER_DIR": str(tmp_path / "spark"),
+            "LAKELOG_SPARK_SERVER_CORES": "1", "LAKELOG_SPARK_SERVER_MEMORY": "1g"}
+
+
+def spark_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([*LAKELOG, "spark", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+@pytest.mark.slow
+def test_one_server_for_concurrent_starters_on_loopback_replaced_after_kill(server_env):
+    config = ServerConfig.from_environment(server_env)
+    assert spark_cli("status", env=server_env).returncode == 3  # none yet
+
+    starters = [subprocess.Popen([*LAKELOG, "spark", "start", "--json"], env=server_env,
+                                 stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    started = [json.loads(p.communicate(timeout=300)[0]) for p in starters]
+    assert all(p.returncode == 0 for p in starters)
+    pids = {s["pid"] for s in started}
+    assert len(pids) == 1 and all(s["healthy"] for s in started)  # three asked, one started
+    [pid] = pids
+    servers = subprocess.run(["pgrep", "-f", f"binding.port={config.port}"],
+                             capture_output=True, text=True).stdout.split()
+    assert servers == [str(pid)]
+    sockets = listening_sockets(pid)  # gRPC and the driver's own ports
+    assert (("127.0.0.1", config.port) in sockets and len(sockets) >= 3
+            and {address for address, _ in sockets} == {"127.0.0.1"})
+
+    try:
+        spark = open_session(server=config, app_name="lakelog-test-server")
+        assert spark.range(5).selectExpr("sum(id) AS s").first().s == 10
+        done = spark_cli("status", "--json", env=server_env)
+        assert done.returncode == 0 and json.loads(done.stdout)["spark_version"] == spark.version
+
+        os.kill(pid, signal.SIGKILL)  # the server dies; the next user starts a new one
+        for _ in range(100):
+            if not status(config).alive:
+                break
+            time.sleep(0.1)
+        assert spark_cli("status", env=server_env).returncode == 3
+        replaced = ensure_running(config)
+        assert replaced.healthy and replaced.pid != pid
+    finally:
+        stopped = stop(config)
+    assert stopped is not None and not status(config).alive
+    assert "no Spark server" in spark_cli("stop", env=server_env).stdout
+
+
+@pytest.mark.slow
+def test_a_server_that_cannot_bind_is_a_clear_error_with_its_log(server_env):
+    config = ServerConfig.from_environment(server_env)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", config.port))
+        taken.listen()
+        with pytest.raises(ServerError, match="exited while starting") as caught:
+            ensure_running(config, timeout=120)
+    assert config.file("log").name in str(caught.value)
+    assert not status(config).alive
+
+
+def test_settings_come_from_arguments_then_the_environment(tmp_path):
+    env = {"LAKELOG_SPARK_SERVER_PORT": "16000", "LAKELOG_SPARK_SERVER_CORES": "3",
+           "LAKELOG_SPARK_SERVER_DIR": str(tmp_path)}
+    config = ServerConfig.from_environment(env)
+    assert (config.port, config.master, config.memory) == (16000, "local[3]", "4g")
+    assert config.url == "sc://127.0.0.1:16000" and config.state_dir == tmp_path
+    assert ServerConfig.from_environment(env, port=16001, memory="8g").port == 16001
+    assert ServerConfig.from_environment(env, master="spark://127.0.0.1:7077").master == (
+        "spark://127.0.0.1:7077")
+    command = " ".join(config.command())
+    for setting in ("spark.connect.grpc.binding.address=127.0.0.1",
+                    "spark.connect.grpc.binding.port=16000",
+                    "spark.driver.bindAddress=127.0.0.1", "spark.driver.host=127.0.0.1",
+                    "spark.sql.session.timeZone=UTC"):
+        assert setting in command
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"LAKELOG_SPARK_SERVER_PORT": "fifteen"}, "whole numbers"),
+    ({"LAKELOG_SPARK_SERVER_PORT": "70000"}, "not a TCP port"),
+    ({"LAKELOG_SPARK_SERVER_CORES": "0"}, "at least 1"),
+])
+def test_bad_settings_are_config_errors(env, message):
+    with pytest.raises(ConfigError, match=message):
+        ServerConfig.from_environment(env)
+
+
+def test_a_pid_file_naming_another_process_is_no_server(tmp_path):
+    config = ServerConfig(port=free_port(), state_dir=tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    config.file("pid").write_text(f"{os.getpid()}\n")  # alive, but not a Spark Connect server
+    found = status(config)
+    assert not found.alive and not found.answering and found.pid is None
+    assert stop(config) is None  # and nothing was signalled

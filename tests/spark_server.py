@@ -1,0 +1,39 @@
+"""The test run's Spark Connect server, and the environment that points a subprocess at it."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from lakelog.spark.server import ServerConfig
+
+_PORT = int(os.environ.get("LAKELOG_TEST_SPARK_PORT", "15102"))
+
+#: A lakelog-managed Connect server on a port and state folder of its own: two cores, 3 GB.
+TEST_SERVER = ServerConfig(
+    port=_PORT,
+    master="local[2]",
+    memory="3g",
+    state_dir=Path(tempfile.gettempdir()) / f"lakelog-test-spark-{_PORT}",
+    conf={"spark.sql.shuffle.partitions": "2"},
+)
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """This environment for a CLI or `dagster` subprocess, its Spark the test Spark server.
+
+    The subprocess finds no `--master`/`--remote` setting, so it uses the local server, as a
+    user's would, and starts it if no other process of the test run has yet.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LAKELOG_SPARK_MASTER", "LAKELOG_SPARK_REMOTE")
+           and not k.startswith("LAKELOG_SPARK_SERVER_")}
+    return {
+        **env,
+        "LAKELOG_SPARK_SERVER_PORT": str(TEST_SERVER.port),
+        "LAKELOG_SPARK_SERVER_MASTER": TEST_SERVER.master,
+        "LAKELOG_SPARK_SERVER_MEMORY": TEST_SERVER.memory,
+        "LAKELOG_SPARK_SERVER_DIR": str(TEST_SERVER.state_dir),
+        **extra,
+    }
