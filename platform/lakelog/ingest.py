@@ -23,14 +23,17 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from lakelog import dead_letters, landing
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.log import append
-from lakelog.records import INGEST_TIME, event_time, parse_lines, to_envelope
+from lakelog.records import INGEST_TIME, event_time, parse_lines, to_envelope, typed_fields
 from lakelog.topics import Topic
 
 ORDER = ("_src_file", "_src_line")
+#: The type of a record's position (`ORDER` as a struct).
+POSITION_TYPE = "struct<_src_file:string,_src_line:bigint>"
 METADATA_KEY = "lakelog.ingest"
 
 
@@ -68,12 +71,21 @@ def _decoded_path(uri):
     return F.regexp_replace(plain, "^file:/+", "/")
 
 
+#: The columns of a batch's lines: where each came from (`ORDER`), and the line.
+LINE_COLUMNS = (*ORDER, "value")
+# Schemas of small local frames as types, not DDL text: Spark Connect parses DDL on the server.
+LINES_SCHEMA = T.StructType([T.StructField("_src_file", T.StringType()),
+                             T.StructField("_src_line", T.LongType()),
+                             T.StructField("value", T.StringType())])
+SOURCES_SCHEMA = T.StructType([T.StructField("_path", T.StringType()),
+                               T.StructField("_src_file", T.StringType())])
+STAMP_SCHEMA = T.StructType([T.StructField(INGEST_TIME, T.TimestampType())])
+
+
 def read_landing_lines(spark: SparkSession, lake: Lake, files: Sequence[str]) -> DataFrame:
     """Every line of `files` (lake-relative paths) with its file and 1-based line number."""
     paths = [lake.spark_path(f) for f in files]
-    sources = spark.createDataFrame(
-        list(zip(paths, files)), "_path string, _src_file string"
-    )
+    sources = spark.createDataFrame(list(zip(paths, files)), SOURCES_SCHEMA)
     whole = spark.read.text(paths, wholetext=True)
     lines = (
         whole.withColumn("_path", _decoded_path(F.col("_metadata.file_path")))
@@ -91,7 +103,7 @@ def lines_frame(spark: SparkSession, lines: Sequence[str], *, source: str) -> Da
     """In-memory lines (``lakelog produce``) in the shape of `read_landing_lines`."""
     return spark.createDataFrame(
         [(source, i + 1, line.rstrip("\r\n")) for i, line in enumerate(lines)],
-        "_src_file string, _src_line long, value string",
+        LINES_SCHEMA,
     )
 
 
@@ -122,7 +134,7 @@ def _duplicates(
             seen = (
                 lake.read(snapshot, files=files)
                 .where(F.col("event_time").between(lo, hi))
-                .select("event_id", F.lit(None).cast(ids.schema["_at"].dataType).alias("_at"))
+                .select("event_id", F.lit(None).cast(POSITION_TYPE).alias("_at"))
             )
             ids = ids.unionByName(seen)
     # Per event id: in the log (a null position) or not, and the batch's positions in order;
@@ -151,20 +163,20 @@ def _append_lines(
     extra: Mapping[str, Any],
 ) -> IngestResult | None:
     """Steps 2 and 3 for already-read lines. None if the append was already committed."""
-    stamp = lines.sparkSession.createDataFrame([(now,)], f"{INGEST_TIME} timestamp")
-    parsed = parse_lines(lines.crossJoin(F.broadcast(stamp)), topic)
+    stamp = lines.sparkSession.createDataFrame([(now,)], STAMP_SCHEMA)
+    parsed = parse_lines(lines.select(*LINE_COLUMNS).crossJoin(F.broadcast(stamp)), topic)
     # The raw line is kept (cached) only for dead letters; good records are typed already.
     parsed = parsed.withColumn("value", F.when(F.col("error").isNotNull(), F.col("value")))
     # Cached flat: Spark's in-memory cache builds primitive columns far cheaper than a struct.
-    fields = parsed.schema["_typed"].dataType.fieldNames()
+    # The columns are known from the topic (not asked of Spark: a round trip over Connect).
+    fields = typed_fields(topic)
+    columns = [*LINE_COLUMNS, INGEST_TIME, "error"]
     flat = parsed.select(
-        *[c for c in parsed.columns if c != "_typed"],
-        *[F.col("_typed")[f].alias(f"_typed.{f}") for f in fields],
+        *columns, *[F.col("_typed")[f].alias(f"_typed.{f}") for f in fields]
     ).persist()
     cached = [flat]
     parsed = flat.select(
-        *[F.col(c) for c in parsed.columns if c != "_typed"],
-        F.struct(*[F.col(f"`_typed.{f}`").alias(f) for f in fields]).alias("_typed"),
+        *columns, F.struct(*[F.col(f"`_typed.{f}`").alias(f) for f in fields]).alias("_typed")
     )
     try:
         good_time = F.when(F.col("error").isNull(), event_time(topic))
@@ -181,7 +193,8 @@ def _append_lines(
         if not any(already_committed(dl_snapshot, t) for t in txns):
             dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
             lake.write(dl_snapshot, dead if bad else None, txns=txns)
-        good = to_envelope(_with_headers(parsed.where(F.col("error").isNull())), topic)
+        good = to_envelope(_with_headers(parsed.where(F.col("error").isNull())), topic,
+                           keep=ORDER)
         counts: dict[str, int] = {}
 
         def prepare(snapshot: Snapshot) -> tuple[DataFrame, dict[str, Any]]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from lakelog.errors import ConcurrentWriteError, UnknownTopicError
@@ -26,6 +27,9 @@ from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, already_committed
 from lakelog.topics import Topic
 
 APPEND_GUARD = "lakelog.append"
+#: The heads joined in by `assign_offsets` (a type, not DDL text Spark Connect would parse).
+HEADS_SCHEMA = T.StructType([T.StructField("partition", T.IntegerType()),
+                             T.StructField("_head", T.LongType())])
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ def assign_offsets(
     with_partition = df.withColumn("partition", partition_of(F.col("key"), partitions))
     # The heads join in as data, not literals, so the generated code is the same every batch.
     head_rows = [(p, heads.get(p, 0)) for p in range(partitions)]
-    head_df = df.sparkSession.createDataFrame(head_rows, "partition int, _head long")
+    head_df = df.sparkSession.createDataFrame(head_rows, HEADS_SCHEMA)
     order = Window.partitionBy("partition").orderBy(*order_by)
     return (
         with_partition.join(F.broadcast(head_df), "partition")

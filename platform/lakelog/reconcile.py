@@ -16,6 +16,7 @@ from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from lakelog.cdc.envelope import dumps
 from lakelog.cdc.source import Source
@@ -60,7 +61,7 @@ def _fingerprint(hashed: DataFrame) -> tuple[int, int]:
 def source_frame(spark: SparkSession, source: Source, table: SourceTable) -> DataFrame:
     """The source table's current rows, typed as the changelog types them."""
     lines = [(dumps(row),) for row in source.rows(table)]
-    raw = spark.createDataFrame(lines, "value string")
+    raw = spark.createDataFrame(lines, T.StructType([T.StructField("value", T.StringType())]))
     return raw.select(F.from_json("value", table.spark_schema()).alias("r")).select("r.*")
 
 

@@ -9,6 +9,8 @@ that is null for good records and says why for bad ones: nothing is dropped sile
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -25,10 +27,19 @@ def _first_error(checks: list[tuple[Column, Column]]) -> Column:
     return expr
 
 
+def typed_fields(topic: Topic) -> list[str]:
+    """The field names of `parse_lines`' `_typed` struct, in order, known without asking Spark:
+    the wire fields, the corrupt-record marker, then derived fields not among them."""
+    names = [f.name for f in topic.wire_schema.fields] + [CORRUPT]
+    return names + [d.name for d in topic.derived if d.name not in names]
+
+
 def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
     """`lines` (a string column `value` plus any source columns) → typed payload + `error`.
 
     Blank lines are not records and are dropped; every other line comes out exactly once.
+    The result's columns are those of `lines`, then `_typed` (fields: `typed_fields`) and
+    `error`.
     """
     schema = T.StructType(
         [T.StructField(f.name, f.dataType) for f in topic.wire_schema.fields]
@@ -105,8 +116,9 @@ def event_time(topic: Topic) -> Column:
     return typed[topic.time.event]
 
 
-def to_envelope(parsed: DataFrame, topic: Topic) -> DataFrame:
-    """Good parsed records → topic envelope columns (without partition and offset).
+def to_envelope(parsed: DataFrame, topic: Topic, *, keep: Sequence[str] = ()) -> DataFrame:
+    """Good parsed records → topic envelope columns (without partition and offset), then the
+    columns `keep` (e.g. the records' source file and line).
 
     The ingest time comes from the `_ingest_time` column (a value, not a literal, so Spark's
     generated code is reused from one batch to the next)."""
@@ -118,5 +130,5 @@ def to_envelope(parsed: DataFrame, topic: Topic) -> DataFrame:
         *[typed[f.name].alias(f.name) for f in topic.payload_fields],
         F.col("headers"),
         F.col(INGEST_TIME).alias("ingest_time"),
-        *[c for c in parsed.columns if c.startswith("_src")],
+        *keep,
     )

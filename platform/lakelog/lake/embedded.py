@@ -329,8 +329,8 @@ class EmbeddedLake:
     def _write_files(self, snapshot: DeltaSnapshot, df: DataFrame) -> list[AddAction]:
         """Write `df` with Spark into staging, move the files into the table, describe them."""
         expected = snapshot.schema
-        df = widen(df, expected)
-        problem = describe_mismatch(expected=expected, actual=df.schema)
+        df, actual = widen(df, expected)
+        problem = describe_mismatch(expected=expected, actual=actual)
         if problem:
             raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
         staging = f"{snapshot.path}/{STAGING}/{uuid.uuid4().hex}"

@@ -7,7 +7,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructType
+from pyspark.sql.types import DataType, StructField, StructType
 
 
 def spark_schema(delta_json: str) -> StructType:
@@ -55,18 +55,28 @@ _WIDENING = {
 }
 
 
-def widen(df: DataFrame, expected: StructType) -> DataFrame:
+def widen(df: DataFrame, expected: StructType) -> tuple[DataFrame, StructType]:
     """Cast top-level columns whose type safely widens to `expected`'s (int → bigint, ...),
-    as Spark SQL does on INSERT; other differences are left for `describe_mismatch` to report."""
+    as Spark SQL does on INSERT; other differences are left for `describe_mismatch` to report.
+
+    Returns the frame and its schema, derived here rather than asked of Spark again: over
+    Spark Connect every schema look-up is a round trip that re-analyses the whole plan.
+    """
     want = {f.name: f.dataType for f in expected.fields}
-    columns = []
-    for f in df.schema.fields:
+    actual = df.schema
+    fields, casts = [], False
+    for f in actual.fields:
         target = want.get(f.name)
         if target is not None and (f.dataType.typeName(), target.typeName()) in _WIDENING:
-            columns.append(F.col(f.name).cast(target).alias(f.name))
+            fields.append(StructField(f.name, target, f.nullable))
+            casts = True
         else:
-            columns.append(F.col(f.name))
-    return df.select(*columns)
+            fields.append(f)
+    if not casts:
+        return df, actual
+    columns = [F.col(f.name).cast(f.dataType).alias(f.name) if f.dataType != g.dataType
+               else F.col(f.name) for f, g in zip(fields, actual.fields)]
+    return df.select(*columns), StructType(fields)
 
 
 def describe_mismatch(*, expected: StructType, actual: StructType) -> str | None:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from lakelog.errors import ChangesUnavailableError, ConfigError, SchemaMismatchError
 from lakelog.lake import Lake, Snapshot
@@ -200,7 +201,8 @@ def _hours(
     checked = recomputed.withColumn(  # fails the write, so nothing is committed
         HOUR, F.when(in_hours(HOUR, hours), F.col(HOUR)).otherwise(F.raise_error(F.lit(stray)))
     )
-    units = spark.createDataFrame([(h,) for h in sorted(hours)], f"{HOUR} timestamp")
+    units = spark.createDataFrame([(h,) for h in sorted(hours)],
+                                  T.StructType([T.StructField(HOUR, T.TimestampType())]))
     version = replace(
         lake, output, checked, units, [HOUR], hour_files(output, hours),
         txns=state_txns(model, output, pinned),
