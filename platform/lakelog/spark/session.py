@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
+from pyspark.sql.connect.client.retries import DefaultPolicy
 
 if TYPE_CHECKING:
     from lakelog.spark.server import ServerConfig
@@ -90,7 +91,11 @@ def open_session(
 ) -> SparkSession:
     """A session on `remote`, else classic on `master`, else on the local server (`server`).
 
-    The local server is started first if none answers at its port (`ensure_running`).
+    The local server is started first if none answers at its port (`ensure_running`). A
+    session of a server that has died since is not handed out again: it lived in that server
+    (its cached frames and temporary views with it), so a new one is opened on the new server.
+    Its client gives up at once while the server process is dead, instead of retrying for the
+    ten minutes Spark Connect allows a remote server, so the caller can restart its work.
     """
     if remote or master:
         return create_session(master=master or "local[*]", remote=remote, app_name=app_name,
@@ -98,10 +103,46 @@ def open_session(
     from lakelog.spark.server import ServerConfig, ensure_running
 
     config = server or ServerConfig()
-    ensure_running(config)
-    return create_session(remote=config.url, app_name=app_name, conf=conf)
+    pid = ensure_running(config).pid
+    known = _OPENED.get(config.url)
+    if known is not None and known[0] != pid:  # opened on a server that has died since
+        known[1].release_session_on_close = False  # nothing left to release there
+        known[1].stop()  # so that getOrCreate opens a new one
+    spark = create_session(remote=config.url, app_name=app_name, conf=conf)
+    if known is None or known[1] is not spark:
+        spark.client.set_retry_policies([_WhileServerLives(config)])
+    _OPENED[config.url] = (pid, spark)
+    return spark
 
 
-def is_connect(spark: SparkSession) -> bool:
-    """Whether `spark` is a Spark Connect session (no SparkContext, plans analysed remotely)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
+#: Per local server URL: the server process (pid) the last session opened on it belongs to.
+_OPENED: dict[str, tuple[int | None, SparkSession]] = {}
+
+
+class _WhileServerLives(DefaultPolicy):
+    """Spark Connect's default retries, but none once the local server's process is dead."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def can_retry(self, e: BaseException) -> bool:
+        from lakelog.spark.server import status
+
+        return super().can_retry(e) and status(self._config).alive
+
+
+def server_lost(exc: BaseException) -> bool:
+    """Whether `exc` says the Spark Connect server went away (unreachable, or restarted and so
+    without the session): work that failed so can be run again on a new session."""
+    from pyspark.errors import PySparkException
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    if not isinstance(exc, PySparkException):
+        return False
+    if exc.getCondition() in ("INVALID_HANDLE.SESSION_CHANGED",
+                              "INVALID_HANDLE.SESSION_NOT_FOUND", "RETRIES_EXCEEDED"):
+        return True
+    code = getattr(exc, "_grpc_status_code", None)  # no public getter before pyspark 4.1
+    return isinstance(exc, SparkConnectGrpcException) and code is not None and (
+        code.name == "UNAVAILABLE")
