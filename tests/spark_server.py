@@ -1,8 +1,10 @@
-"""The test run's Spark Connect server, and the environment that points a subprocess at it."""
+"""The test run's Spark Connect server, the environment that points a subprocess at it, and
+free ports for servers of a test's own."""
 
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -18,6 +20,13 @@ TEST_SERVER = ServerConfig(
     state_dir=Path(tempfile.gettempdir()) / f"lakelog-test-spark-{_PORT}",
     conf={"spark.sql.shuffle.partitions": "2"},
 )
+
+
+def free_port() -> int:
+    """A free TCP port on loopback, for a server of a test's own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -4,7 +4,6 @@ retried on a new server, resumes the planned batch, and its output holds every r
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from shop_records import SHOP_RECORDS, SHOP_TOTALS
-from spark_server import subprocess_env
+from spark_server import free_port, subprocess_env
 
 from lakelog import checkpoints
 from lakelog.demo.shop import PRODUCT_STATS
@@ -22,12 +21,6 @@ from lakelog.spark.server import ServerConfig, status, stop
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_server_killed_mid_batch_is_replaced_and_the_batch_finishes_once(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from deltalake import DeltaTable
+from spark_server import free_port
 
 from lakelog.spark.server import ServerConfig, listening_sockets, stop
 
@@ -23,12 +23,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def daemon(name: str, args: list[str], log: Path) -> subprocess.Popen:

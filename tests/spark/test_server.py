@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from spark_server import free_port
 
 from lakelog.errors import ConfigError
 from lakelog.spark.server import (
@@ -25,12 +26,6 @@ from lakelog.spark.server import (
 from lakelog.spark.session import open_session
 
 LAKELOG = [sys.executable, "-m", "lakelog.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
