@@ -1,6 +1,6 @@
 """Consumer assets: a consumer's output tables, advanced by exactly-once microbatches."""
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Optional
 
@@ -9,6 +9,7 @@ from pydantic import Field
 
 from lakelog import checkpoints
 from lakelog.assets.errors import engine_errors
+from lakelog.assets.gates import blocking, describe, verdicts
 from lakelog.assets.metadata import lag_table
 from lakelog.assets.naming import CONSUMER_TAG, consumer_pool, op_name, output_key, topic_key
 from lakelog.compacted import change_counts
@@ -49,13 +50,20 @@ def event_time_metadata(state: Mapping[str, object]) -> dict[str, dg.MetadataVal
     return found
 
 
-def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.AssetsDefinition:
+def consumer_asset(
+    consumer: Consumer, topics: Mapping[str, Topic], *, gates: Sequence[dg.AssetCheckKey] = ()
+) -> dg.AssetsDefinition:
     """One asset per output of `consumer`, all written by the same microbatches.
 
     The op carries the consumer tag and its own pool (both limited to one run in
     deploy/dagster.yaml), so two microbatch runs of one consumer never execute at once. Should
     they anyway, the engine's commit guards fail one with `ConcurrentWriteError`, which fails
     its run with that message.
+
+    `gates` are the blocking checks of the tables it reads: while the latest execution of one
+    did not pass, in any run (`lakelog.assets.gates`), the consumer consumes nothing and
+    materializes nothing — its outputs are skippable, so their downstream steps are skipped —
+    and reports on each output an observation naming the check.
     """
     missing = [t for t in consumer.topics if t not in topics]
     if missing:
@@ -73,6 +81,7 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
                 f"Written by consumer {consumer.name} from "
                 f"{', '.join((*consumer.topics, *consumer.reads))}."
             ),
+            skippable=True,
         )
         for o in consumer.outputs
     ]
@@ -87,6 +96,16 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
     def _consume(
         context: dg.AssetExecutionContext, config: MicrobatchConfig, lake: LakeResource
     ) -> Iterator[dg.MaterializeResult]:
+        blocked = blocking(verdicts(context.instance, gates))
+        if blocked:
+            why = describe(blocked)
+            context.log.warning(f"consumer {consumer.name} consumes nothing: {why}")
+            for output in consumer.outputs:
+                context.log_event(dg.AssetObservation(
+                    asset_key=output_key(output),
+                    metadata={"blocked_by": [v.name for v in blocked], "blocked_because": why},
+                ))
+            return
         the_lake = lake.open()
         before = {
             o.path: the_lake.snapshot(o.path).version if the_lake.exists(o.path) else -1
@@ -138,7 +157,7 @@ def consumer_asset(consumer: Consumer, topics: Mapping[str, Topic]) -> dg.Assets
 def consumer_job(
     consumer: Consumer, asset: dg.AssetsDefinition
 ) -> "UnresolvedAssetJobDefinition":
-    """The job sensors launch for `consumer`: its runs carry the consumer tag the queue limits."""
+    """The job that runs `consumer` by hand: its runs carry the consumer tag the queue limits."""
     return dg.define_asset_job(
         name=op_name("microbatch", consumer.name),
         selection=dg.AssetSelection.assets(asset),

@@ -11,7 +11,7 @@ from lakelog.topics import Topic
 
 #: Run and op tag naming the consumer a run advances; deploy/dagster.yaml allows one run per value.
 CONSUMER_TAG = "lakelog/consumer"
-#: Run and op tag naming the topic a run ingests; also limited to one run per value.
+#: Op tag naming the topic an ingest op ingests (its pool keeps runs apart: `ingest_pool`).
 TOPIC_TAG = "lakelog/topic"
 
 

@@ -139,5 +139,11 @@ def view_definitions(
 ) -> list[dg.AssetsDefinition]:
     """One asset per model below `models_dir`; `tables` are the lakelog tables models may ref
     (path → asset key, see `lakelog_tables`). Raises `ModelError` naming the file of a bad model."""
-    graph = load_models(models_dir, tables.keys())
+    return model_assets(load_models(models_dir, tables.keys()), tables)
+
+
+def model_assets(
+    graph: ModelGraph, tables: Mapping[str, dg.AssetKey]
+) -> list[dg.AssetsDefinition]:
+    """One asset per model of an already loaded `graph` (see `view_definitions`)."""
     return [model_asset(graph, name, tables) for name in graph.models]

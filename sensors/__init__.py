@@ -1,8 +1,7 @@
-"""Dagster sensors and schedules: new data becomes runs, maintenance runs daily."""
+"""Dagster sensors and schedules: new data becomes one pipeline run per tick, maintenance runs
+daily."""
 
-from lakelog.sensors.capture import capture_sensor
-from lakelog.sensors.landing import landing_sensor
-from lakelog.sensors.offsets import log_sensor
+from lakelog.sensors.pipeline import pipeline_sensor
 from lakelog.sensors.schedules import maintenance_schedule
 
-__all__ = ["capture_sensor", "landing_sensor", "log_sensor", "maintenance_schedule"]
+__all__ = ["maintenance_schedule", "pipeline_sensor"]

@@ -1,4 +1,4 @@
-"""The captured shop database in Dagster: the capture sensor requests a capture, materializing
+"""The captured shop database in Dagster: the pipeline sensor requests a capture, materializing
 the CDC assets brings every table up to date, and the reconciliation check compares it with
 the source."""
 
@@ -15,7 +15,7 @@ from lakelog.cdc.sources import sqlite_path
 from lakelog.demo import oltp
 from lakelog.demo.shop_cdc import SHOP
 from lakelog.resources import LakeResource, SourceResource
-from test_sensors import NoSpark
+from test_automation import NoSpark
 
 
 @pytest.fixture
@@ -30,11 +30,11 @@ def shop_db(lake, monkeypatch):
     return conn
 
 
-def test_capture_sensor_requests_once_per_position(lake, shop_db):
+def test_pipeline_sensor_requests_a_capture_once_per_position(lake, shop_db):
     resources = {"spark": NoSpark(), "lake": LakeResource(spark=NoSpark(), root=lake.root),
                  "source": SourceResource()}
     defs = build_definitions({}, {}, sources=[SHOP], resources=resources)
-    sensor = defs.resolve_sensor_def("capture_shop")
+    sensor = defs.resolve_sensor_def("pipeline")
     instance = dg.DagsterInstance.ephemeral()
 
     def tick(cursor):
@@ -43,8 +43,21 @@ def test_capture_sensor_requests_once_per_position(lake, shop_db):
             return sensor(context)
 
     first = tick(None)
-    assert [r.run_key for r in first.run_requests] == ["shop:snapshot"]
-    assert tick(first.cursor).skip_reason is not None  # requested already
+    [request] = first.run_requests
+    selected = set(request.asset_selection)
+    assert dg.AssetKey(["cdc", "shop"]) in selected  # no snapshot yet
+    assert {dg.AssetKey(["log", "cdc.customers"]), dg.AssetKey(["tables", "customers"]),
+            dg.AssetKey(["history", "inventory"])} <= selected  # and what it feeds
+    assert "requested already" in tick(first.cursor).skip_reason.skip_message
+
+    assert defs.resolve_job_def("capture_shop").execute_in_process(instance=instance).success
+    [ingest] = tick(first.cursor).run_requests  # captured: its landing files are the news now
+    assert dg.AssetKey(["cdc", "shop"]) not in ingest.asset_selection
+    assert dg.AssetKey(["log", "cdc.customers"]) in ingest.asset_selection
+
+    oltp.mutate(shop_db, "sqlite", n=5, seed=8, now=oltp.START)  # the source moved on
+    [again] = tick(first.cursor).run_requests
+    assert dg.AssetKey(["cdc", "shop"]) in again.asset_selection
 
 
 def test_materializing_the_cdc_assets_mirrors_the_source(spark_resource, lake, shop_db):

@@ -10,7 +10,7 @@ import yaml
 from pyspark.sql import types as T
 
 from lakelog.assets.definitions import build_definitions, defs
-from lakelog.assets.naming import CONSUMER_TAG, TOPIC_TAG
+from lakelog.assets.naming import CONSUMER_TAG
 from lakelog.consumers import Consumer, Output
 from lakelog.demo.shop import TOPICS
 from lakelog.topics import Topic
@@ -72,12 +72,24 @@ def test_shop_definitions():
         (dg.AssetKey(["streams", "cart_state"]), "replay_matches")} | {
         (dg.AssetKey(["replays", n]), "matches_live") for n in windows} <= checks
     assert {key for key, _ in checks} >= topics | tables  # quality checks
-    assert {s.name for s in defs.sensors} == {
-        "landing_zone", "offsets_product_stats", "offsets_aggregate_cart", "capture_shop",
-        *(f"offsets_tables_{t}" for t in ("customers", "products", "inventory")),
-        *(f"offsets_window_{n}" for n in windows), *(f"offsets_join_{n}" for n in joins),
-    }
-    assert all(s.minimum_interval_seconds == 30 for s in defs.sensors)
+    # One sensor, running from the start, requests runs of one job over every live asset.
+    [sensor] = defs.sensors
+    assert (sensor.name, sensor.job_name) == ("pipeline", "pipeline")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert sensor.minimum_interval_seconds == 10
+    pipeline = defs.resolve_job_def("pipeline")
+    assert pipeline.executor_def.name == dg.in_process_executor.name
+    replays = {dg.AssetKey(["replays", n]) for n in windows}
+    assert pipeline.asset_layer.executable_asset_keys == graph.get_all_asset_keys() - replays
+    assert pipeline.partitions_def == graph.get(dg.AssetKey(["views", "product_funnel_hourly"])
+                                                ).partitions_def
+    # Derived assets go stale in the UI when the pipeline stops; consumers' outputs are
+    # skippable, so a consumer stopped by a failed check skips its downstream steps.
+    derived = carts | views | {dg.AssetKey(["streams", "product_stats"])}
+    assert all(graph.get(k).freshness_policy is not None for k in derived)
+    assert graph.get(dg.AssetKey(["log", "orders"])).freshness_policy is None
+    stats = defs.resolve_assets_def(dg.AssetKey(["streams", "product_stats"]))
+    assert stats.specs_by_key[dg.AssetKey(["streams", "product_stats"])].skippable
     [schedule] = defs.schedules
     assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 3 * * *", "UTC")
     assert schedule.job_name == "maintenance"
@@ -105,7 +117,7 @@ def test_a_declared_pipeline_becomes_assets_sensors_and_jobs():
     assert graph.get_all_asset_keys() == {
         dg.AssetKey(["log", "signups"]), dg.AssetKey(["streams", "signup_counts"])
     }
-    assert {s.name for s in built.sensors} == {"landing_zone", "offsets_signup_counts"}
+    assert {s.name for s in built.sensors} == {"pipeline"}
     assert built.resolve_job_def("microbatch_signup_counts").tags == {CONSUMER_TAG: "signup_counts"}
 
 
@@ -114,7 +126,7 @@ def test_spark_connect_location_loads_without_its_environment():
     dg.Definitions.validate_loadable(connect)  # EnvVars resolve at run time, not at load time
 
 
-def test_deploy_instance_limits_one_run_per_consumer_and_topic(tmp_path):
+def test_deploy_instance_limits_runs_for_two_cores(tmp_path):
     config = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
     assert set(config["storage"]) == {"postgres"}
     del config["storage"]  # no PostgreSQL here: the rest must load as it is
@@ -123,9 +135,9 @@ def test_deploy_instance_limits_one_run_per_consumer_and_topic(tmp_path):
     instance = dg.DagsterInstance.from_config(str(tmp_path))
 
     concurrency = instance.get_concurrency_config()
+    assert concurrency.run_queue_config.max_concurrent_runs == 2
     limits = {c["key"]: c for c in concurrency.run_queue_config.tag_concurrency_limits}
-    for tag in (CONSUMER_TAG, TOPIC_TAG):
-        assert limits[tag]["limit"] == 1
-        assert limits[tag]["value"] == {"applyLimitPerUniqueValue": True}
+    assert limits[CONSUMER_TAG]["limit"] == 1
+    assert limits[CONSUMER_TAG]["value"] == {"applyLimitPerUniqueValue": True}
     assert concurrency.pool_config.default_pool_limit == 1
     assert concurrency.pool_config.pool_granularity.value == "run"

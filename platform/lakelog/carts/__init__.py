@@ -11,6 +11,7 @@ from lakelog.carts.fold import REASONS, Reason
 from lakelog.carts.orders import (
     PublishResult,
     consume_and_publish,
+    decided_through,
     publish_orders,
     published_through,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Reason",
     "ReplayCheck",
     "consume_and_publish",
+    "decided_through",
     "publish_orders",
     "published_through",
     "replay_from_snapshots",

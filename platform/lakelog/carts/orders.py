@@ -62,6 +62,14 @@ def published_through(lake: Lake, aggregate: CartAggregate) -> int:
     return -1 if version is None else version
 
 
+def decided_through(lake: Lake, aggregate: CartAggregate) -> int:
+    """The last consumer batch whose orders are in the outbox (-1 if none), from file statistics."""
+    path = aggregate.orders.path
+    if not lake.exists(path):
+        return -1
+    return max((int(f.max_values["batch"]) for f in lake.snapshot(path).files()), default=-1)
+
+
 def _events(outbox: DataFrame, *, source: str, now: datetime) -> DataFrame:
     """Outbox rows as orders-topic records (envelope without partition and offset)."""
     return outbox.select(
@@ -81,13 +89,10 @@ def _events(outbox: DataFrame, *, source: str, now: datetime) -> DataFrame:
 
 def publish_orders(lake: Lake, aggregate: CartAggregate, *, now: datetime) -> PublishResult:
     """Append the orders of every consumer batch not yet published, as one commit."""
-    path = aggregate.orders.path
-    if not lake.exists(path):
-        return PublishResult(0)
-    outbox = lake.snapshot(path)
-    last = max((int(f.max_values["batch"]) for f in outbox.files()), default=-1)
+    last = decided_through(lake, aggregate)
     if last <= published_through(lake, aggregate):
         return PublishResult(0)
+    outbox = lake.snapshot(aggregate.orders.path)
     topic = aggregate.orders_topic
     app = relay_app_id(aggregate)
     source = aggregate.consumer.name

@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from lakelog.lake import AppTxn, Snapshot
+from lakelog.lake import AppTxn, Lake, Snapshot
+from lakelog.views.graph import ModelGraph
 from lakelog.views.models import Model
 
 APP = "lakelog.view"
@@ -82,3 +83,24 @@ def load_state(
             return None, f"{path} was recreated since the last run (a new Delta table)"
         state[path] = done
     return state, "changes since the last run"
+
+
+def why_stale(lake: Lake, graph: ModelGraph, name: str) -> str | None:
+    """Why stored model `name` must run to reflect its inputs; None when it does already, when it
+    is a view (recomputed on every read) or when an input does not exist yet (it cannot run).
+
+    Metadata only — the versions its last commit recorded against the inputs' current ones — so
+    a sensor can ask on every tick.
+    """
+    model = graph.models[name]
+    paths = graph.inputs(name)
+    if not model.stored or not all(lake.exists(p) for p in paths):
+        return None
+    if not lake.exists(model.path):
+        return "never materialized"
+    inputs = {p: lake.snapshot(p) for p in paths}
+    state, reason = load_state(lake.snapshot(model.path), model, inputs)
+    if state is None:
+        return reason
+    changed = [f"{p} v{state[p]}->v{s.version}" for p, s in inputs.items() if s.version > state[p]]
+    return f"changed: {', '.join(changed)}" if changed else None

@@ -1,0 +1,65 @@
+"""The cross-run gate: a consumer does not read a table whose latest blocking check failed.
+
+Dagster stops the assets downstream of a failed blocking check only inside the run that
+evaluated it. A later run — the next sensor tick, a manual microbatch — would consume what the
+check rejected. So before consuming, a consumer looks up the latest execution of every blocking
+check on the tables it reads (`DagsterInstance.get_latest_asset_check_evaluation_record`), in
+whichever run it happened. Like Dagster's in-run blocking, an execution without a verdict
+blocks too: one still running elsewhere, or one whose run ended before the check ran (the
+pipeline sensor then requests that table again, so its check runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import dagster as dg
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The latest execution of one blocking check, as the gate reads it."""
+
+    check: dg.AssetCheckKey
+    #: The execution's record id (None: never executed); a new one means a new verdict.
+    record: int | None
+    blocks: bool
+    #: The execution has no verdict and never will: its run ended before the check ran.
+    unfinished: bool = False
+    reason: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.check.asset_key.to_user_string()}:{self.check.name}"
+
+
+def verdict(instance: dg.DagsterInstance, check: dg.AssetCheckKey) -> Verdict:
+    """How the latest execution of `check` stands, in whichever run it was."""
+    record = instance.get_latest_asset_check_evaluation_record(check)
+    if record is None:
+        return Verdict(check, None, False)
+    evaluation = record.event.asset_check_evaluation if record.event else None
+    if evaluation is not None:
+        if evaluation.passed or evaluation.severity != dg.AssetCheckSeverity.ERROR:
+            return Verdict(check, record.id, False)
+        first = (evaluation.description or "").splitlines()[:1]
+        return Verdict(check, record.id, True,
+                       reason=f"failed in run {record.run_id}{''.join(f' ({d})' for d in first)}")
+    run = instance.get_run_by_id(record.run_id)
+    if run is None or run.is_finished:
+        return Verdict(check, record.id, True, unfinished=True,
+                       reason=f"not evaluated: run {record.run_id} ended before it ran")
+    return Verdict(check, record.id, True, reason=f"being evaluated in run {record.run_id}")
+
+
+def verdicts(instance: dg.DagsterInstance, checks: Iterable[dg.AssetCheckKey]) -> list[Verdict]:
+    return [verdict(instance, c) for c in checks]
+
+
+def blocking(verdicts: Iterable[Verdict]) -> list[Verdict]:
+    return [v for v in verdicts if v.blocks]
+
+
+def describe(blocked: Iterable[Verdict]) -> str:
+    return "; ".join(f"check {v.name} {v.reason}" for v in blocked)

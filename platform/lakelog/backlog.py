@@ -1,0 +1,59 @@
+"""How far behind a consumer is, in records and in time, from Delta metadata alone.
+
+Sensors ask this on every tick, so it reads no rows and starts no Spark: the committed offsets
+come from the checkpoint, the heads and the ingest times from the topics' file statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from lakelog.consumers import Consumer, PartitionLag, lag
+from lakelog.lake import Lake
+from lakelog.topics import Topic
+
+
+@dataclass(frozen=True)
+class Backlog:
+    lags: tuple[PartitionLag, ...]
+    #: The `ingest_time` of the oldest record not consumed yet; None when caught up. Read from
+    #: file statistics: the oldest ingest time of a file holding an unconsumed offset, which is
+    #: exact when an append writes one ingest time per file (lakelog's appends do).
+    oldest: datetime | None
+
+    @property
+    def records(self) -> int:
+        return sum(max(x.lag, 0) for x in self.lags)
+
+    def seconds(self, now: datetime) -> float:
+        """Age of the oldest unconsumed record at `now` (0 when caught up)."""
+        if self.oldest is None:
+            return 0.0
+        return max((now - self.oldest).total_seconds(), 0.0)
+
+
+def _aware(value: datetime) -> datetime:
+    """Delta file statistics are UTC (delta-rs gives them tz-aware; a naive one is UTC too)."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def backlog(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic]) -> Backlog:
+    """The consumer's lag per topic and log partition, and when its oldest unconsumed record was
+    appended."""
+    lags = tuple(lag(lake, consumer, topics))
+    behind: dict[str, dict[int, int]] = {}
+    for x in lags:
+        if x.lag > 0:
+            behind.setdefault(x.topic, {})[x.partition] = x.committed
+    oldest: datetime | None = None
+    for name, committed in behind.items():
+        for f in lake.snapshot(topics[name].path).files():
+            start = committed.get(int(f.partition_values["partition"]))
+            top, at = f.max_values.get("offset"), f.min_values.get("ingest_time")
+            if start is None or top is None or top < start or at is None:
+                continue
+            at = _aware(at)
+            oldest = at if oldest is None or at < oldest else oldest
+    return Backlog(lags, oldest)

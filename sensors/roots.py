@@ -1,0 +1,140 @@
+"""What has new input, from metadata alone: the roots of the next pipeline run, and why.
+
+A sensor tick runs in the code server every few seconds, so nothing here reads rows or starts
+Spark: landing manifests and file listings, checkpoints, Delta file statistics and
+application transactions, the capture source's positions, and Dagster's check records.
+
+Each root is recorded with the state that makes it one (offsets, landing files and sizes,
+positions, versions, check records): that state changes exactly when there is new work, so its
+digest is a run key that never requests the same work twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import dagster as dg
+
+from lakelog import checkpoints, landing
+from lakelog.assets.gates import describe, verdicts
+from lakelog.assets.naming import capture_key, output_key, topic_key
+from lakelog.assets.pipeline import Pipeline
+from lakelog.backlog import Backlog, backlog
+from lakelog.carts import decided_through, published_through
+from lakelog.cdc.lag import capture_lag
+from lakelog.errors import LakelogError
+from lakelog.lake import Lake
+from lakelog.resources import SourceResource
+from lakelog.views import why_stale
+
+
+@dataclass
+class Found:
+    roots: set[dg.AssetKey] = field(default_factory=set)
+    #: Per root label (``topic:orders``), the state that makes it a root.
+    work: dict[str, Any] = field(default_factory=dict)
+    #: Why something with new input is not a root this tick.
+    notes: list[str] = field(default_factory=list)
+    #: Every consumer's backlog and checkpoint state, for the lag observations.
+    backlogs: dict[str, tuple[Backlog, dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, keys: Iterable[dg.AssetKey], label: str, state: Any) -> None:
+        self.roots.update(keys)
+        self.work[label] = state
+
+
+def _captures(
+    found: Found, pipeline: Pipeline, source: SourceResource | None, root: str, now: datetime
+) -> None:
+    for captured in pipeline.sources:
+        if source is None:
+            found.notes.append(f"capture of {captured.server_name}: no source resource")
+            continue
+        try:
+            behind = capture_lag(source.open(captured.server_name, captured.tables, root=root),
+                                 root, now=now)
+        except LakelogError as exc:
+            found.notes.append(f"source {captured.server_name} unavailable: {exc}")
+            continue
+        if behind.pending:
+            found.add([capture_key(captured.server_name)], f"capture:{captured.server_name}",
+                      [behind.position, behind.head])
+
+
+def _topics(found: Found, pipeline: Pipeline, lake: Lake) -> None:
+    for topic in pipeline.topics.values():
+        if not lake.list_files(landing.landing_path(topic.name)):
+            continue
+        manifest = landing.load_manifest(lake, topic.name)
+        pending = landing.pending_files(lake, manifest)
+        if pending or manifest.plan is not None:  # a plan left by a crash is resumed
+            found.add([topic_key(topic)], f"topic:{topic.name}", {
+                "batch": manifest.batch, "files": sorted(pending),
+                "plan": manifest.plan.batch if manifest.plan else None,
+            })
+
+
+def _consumers(
+    found: Found, pipeline: Pipeline, lake: Lake, instance: dg.DagsterInstance, now: datetime
+) -> None:
+    for name, consumer in pipeline.consumers.items():
+        behind = backlog(lake, consumer, pipeline.topics)
+        state = dict(checkpoints.load(lake, name).state)
+        found.backlogs[name] = (behind, state)
+        idle = behind.records == 0 and bool(consumer.idle_tick and consumer.idle_tick(state, now))
+        if behind.records == 0 and not idle:
+            continue
+        gate = verdicts(instance, pipeline.gates.get(name, ()))
+        stopped = [v for v in gate if v.blocks and not v.unfinished]
+        if stopped:
+            found.notes.append(f"consumer {name} waits: {describe(stopped)}")
+            continue
+        for v in gate:  # a check its run never got to: run it again, before the consumer
+            if v.unfinished and v.check.asset_key in pipeline.keys:
+                found.add([v.check.asset_key], f"recheck:{v.name}", v.record)
+        found.add([output_key(o) for o in consumer.outputs], f"consumer:{name}", {
+            "lag": {f"{x.topic}/{x.partition}": [x.committed, x.head] for x in behind.lags},
+            "idle": f"{now:%Y%m%dT%H%M}" if idle else None,
+            "gates": [v.record for v in gate],
+        })
+
+
+def _relays(found: Found, pipeline: Pipeline, lake: Lake) -> None:
+    for aggregate in pipeline.aggregates:
+        done, decided = published_through(lake, aggregate), decided_through(lake, aggregate)
+        if decided > done:
+            found.add([topic_key(aggregate.orders_topic)], f"relay:{aggregate.consumer.name}",
+                      [done, decided])
+
+
+def _models(found: Found, pipeline: Pipeline, lake: Lake) -> None:
+    if pipeline.models is None:
+        return
+    for name, model in pipeline.models.models.items():
+        reason = why_stale(lake, pipeline.models, name)
+        if reason:
+            found.add([dg.AssetKey(model.path.split("/"))], f"model:{name}", reason)
+
+
+def find_roots(
+    pipeline: Pipeline,
+    lake: Lake,
+    instance: dg.DagsterInstance,
+    source: SourceResource | None,
+    *,
+    root: str,
+    now: datetime,
+) -> Found:
+    """Captures behind their source, topics with landing files not ingested, consumers behind
+    their topics (or with an idle tick due) and not stopped by a failed blocking check, relays
+    with orders not published, and stored models whose inputs changed since they last ran."""
+    found = Found()
+    _captures(found, pipeline, source, root, now)
+    _topics(found, pipeline, lake)
+    _consumers(found, pipeline, lake, instance, now)
+    _relays(found, pipeline, lake)
+    _models(found, pipeline, lake)
+    return found

@@ -1,0 +1,76 @@
+"""A failed blocking check stops the consumers of its table in later runs too, until it passes."""
+
+from __future__ import annotations
+
+import dagster as dg
+from pyspark.sql import functions as F
+from shop_records import SHOP_RECORDS
+
+from lakelog.assets.definitions import build_definitions
+from lakelog.consumers import lag
+from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.quality import names
+
+ORDERS = TOPICS["orders"]
+ORDERS_KEY = dg.AssetKey(["log", "orders"])
+STATS = dg.AssetKey(["streams", "product_stats"])
+CHECK = f"log/orders:{names.TOPIC_CHECK}"
+
+
+def behind(lake) -> int:
+    return sum(x.lag for x in lag(lake, CONSUMERS["product_stats"], TOPICS))
+
+
+def test_a_failed_topic_check_stops_its_consumers_until_it_passes(shop_lake, resources):
+    defs = build_definitions(TOPICS, CONSUMERS, resources=resources)
+    instance = dg.DagsterInstance.ephemeral()
+    pipeline = defs.resolve_job_def("pipeline")
+    microbatch = defs.resolve_job_def("microbatch_product_stats")
+    # A record with a duplicate offset and no key gets into the log behind lakelog's back.
+    clean = {f.path for f in shop_lake.snapshot(ORDERS.path).files()}
+    log = shop_lake.read(shop_lake.snapshot(ORDERS.path))
+    shop_lake.write(shop_lake.snapshot(ORDERS.path),
+                    log.limit(1).withColumn("key", F.lit(None).cast("string")))
+    damage = [f for f in shop_lake.snapshot(ORDERS.path).files() if f.path not in clean]
+
+    checked = pipeline.execute_in_process(
+        instance=instance, asset_selection=[ORDERS_KEY], raise_on_error=False
+    )
+    [failed] = checked.get_asset_check_evaluations()
+    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
+
+    blocked = microbatch.execute_in_process(instance=instance)  # a later run, consumer alone
+    assert blocked.success
+    assert not blocked.get_asset_materialization_events()
+    assert behind(shop_lake) == SHOP_RECORDS  # nothing consumed
+    observed = {e.event_specific_data.asset_observation.asset_key:
+                e.event_specific_data.asset_observation.metadata
+                for e in blocked.all_events if e.event_type_value == "ASSET_OBSERVATION"}
+    assert observed[STATS]["blocked_by"].value == [CHECK]
+    assert checked.run_id in observed[STATS]["blocked_because"].value
+
+    shop_lake.write(shop_lake.snapshot(ORDERS.path), None, remove=damage)  # repaired
+    rechecked = pipeline.execute_in_process(instance=instance, asset_selection=[ORDERS_KEY])
+    [passed] = rechecked.get_asset_check_evaluations()
+    assert passed.passed
+
+    resumed = microbatch.execute_in_process(instance=instance)
+    assert STATS in {e.asset_key for e in resumed.get_asset_materialization_events()}
+    assert behind(shop_lake) == 0
+
+
+def test_the_sensor_leaves_a_stopped_consumer_out(shop_lake, resources):
+    defs = build_definitions(TOPICS, CONSUMERS, resources=resources)
+    instance = dg.DagsterInstance.ephemeral()
+    log = shop_lake.read(shop_lake.snapshot(ORDERS.path))
+    shop_lake.write(shop_lake.snapshot(ORDERS.path),
+                    log.limit(1).withColumn("key", F.lit(None).cast("string")))
+    defs.resolve_job_def("pipeline").execute_in_process(
+        instance=instance, asset_selection=[ORDERS_KEY], raise_on_error=False
+    )
+
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        [request] = defs.resolve_sensor_def("pipeline")(context).run_requests
+
+    assert STATS not in request.asset_selection  # it reads the failed log/orders
+    assert dg.AssetKey(["streams", "cart_state"]) in request.asset_selection  # cart events only
