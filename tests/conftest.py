@@ -3,7 +3,7 @@ PostgreSQL database per test that asks for one, and the test run's local Spark s
 
 The session is classic `local[2]`; with ``--spark-connect`` it is a Spark Connect session to the
 test Spark server instead, so the engine and Dagster code run over Connect. The test Spark
-server (`spark_server.TEST_SERVER`) is also what the CLI and `dagster` subprocesses use: started
+server (`processes.TEST_SERVER`) is also what the CLI and `dagster` subprocesses use: started
 by whichever process needs it first, stopped when the test run ends.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from spark_server import TEST_SERVER
+from processes import TEST_SERVER
 
 from lakelog.lake import EmbeddedLake
 from lakelog.spark.server import status, stop

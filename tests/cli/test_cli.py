@@ -15,7 +15,7 @@ import psycopg
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
-from spark_server import subprocess_env
+from processes import subprocess_env
 
 from lakelog.demo import shop, shop_cdc
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from shop_records import SHOP_FILES
-from spark_server import TEST_SERVER
+from processes import TEST_SERVER
 
 from lakelog.demo.shop import TOPICS
 from lakelog.ingest import ingest

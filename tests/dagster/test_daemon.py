@@ -7,8 +7,6 @@ test only watches the tables — with delta-rs, not Spark — until everything h
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +17,7 @@ import dagster as dg
 import pytest
 import yaml
 from deltalake import DeltaTable
-from spark_server import subprocess_env
+from processes import stop_group, subprocess_env
 
 from lakelog.consumers import lag
 from lakelog.demo import shop_cdc
@@ -105,12 +103,7 @@ def test_the_daemon_brings_every_derived_table_up_to_date(homes, tmp_path):
             assert daemon.poll() is None, "dagster-daemon exited"
             time.sleep(5)
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
+        stop_group(daemon, timeout=60)
         log.close()
     instance = dg.DagsterInstance.from_config(str(dagster_home))
     runs = instance.get_run_records(dg.RunsFilter(job_name="pipeline"))

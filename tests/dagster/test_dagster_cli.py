@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from shop_records import page_view
-from spark_server import subprocess_env
+from processes import subprocess_env
 
 REPO = Path(__file__).resolve().parents[2]
 

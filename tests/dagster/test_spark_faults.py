@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from shop_records import SHOP_RECORDS, SHOP_TOTALS
-from spark_server import free_port, subprocess_env
+from processes import free_port, subprocess_env
 
 from lakelog import checkpoints
 from lakelog.demo.shop import PRODUCT_STATS

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from deltalake import DeltaTable
-from spark_server import free_port
+from processes import free_port, stop_group
 
 from lakelog.spark.server import ServerConfig, listening_sockets, stop
 
@@ -72,8 +71,7 @@ def cluster(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
     finally:
         for process in (worker, master):
             if process is not None:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=60)
+                stop_group(process, timeout=60)
 
 
 def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:

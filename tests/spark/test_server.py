@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from spark_server import free_port
+from processes import free_port
 
 from lakelog.errors import ConfigError
 from lakelog.spark.server import (

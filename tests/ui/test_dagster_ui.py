@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from spark_server import free_port, subprocess_env
+from processes import free_port, stop_group, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -71,12 +69,7 @@ def dagster_dev(tmp_path_factory):
             pytest.fail("dagster dev did not come up")
         yield url, home
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=20)
 
 
 @pytest.fixture(scope="module")

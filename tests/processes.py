@@ -1,10 +1,12 @@
-"""The test run's Spark Connect server, the environment that points a subprocess at it, and
-free ports for servers of a test's own."""
+"""What tests that start processes share: the test run's Spark Connect server, the environment
+that points a subprocess at it, free ports for servers of a test's own, and stopping them."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -46,3 +48,14 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         "LAKELOG_SPARK_SERVER_DIR": str(TEST_SERVER.state_dir),
         **extra,
     }
+
+
+def stop_group(process: subprocess.Popen, *, timeout: float = 30) -> None:
+    """SIGTERM to the process group `process` leads (started with start_new_session), then
+    SIGKILL if it has not ended within `timeout` seconds."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
