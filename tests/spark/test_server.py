@@ -23,7 +23,6 @@ from lakelog.spark.server import (
     status,
     stop,
 )
-from lakelog.spark.session import open_session
 
 LAKELOG = [sys.executable, "-m", "lakelog.cli"]
 
@@ -61,10 +60,17 @@ def test_one_server_for_concurrent_starters_on_loopback_replaced_after_kill(serv
             and {address for address, _ in sockets} == {"127.0.0.1"})
 
     try:
-        spark = open_session(server=config, app_name="lakelog-test-server")
-        assert spark.range(5).selectExpr("sum(id) AS s").first().s == 10
+        # A query through it, from a process of its own (this one may hold a classic session).
+        query = ("import os; from lakelog.spark.server import ServerConfig; "
+                 "from lakelog.spark.session import open_session; "
+                 "spark = open_session(server=ServerConfig.from_environment(os.environ)); "
+                 "print(spark.range(5).selectExpr('sum(id) AS s').first().s, spark.version)")
+        total, version = subprocess.run([sys.executable, "-c", query], env=server_env,
+                                        capture_output=True, text=True, timeout=300,
+                                        check=True).stdout.split()
+        assert total == "10"
         done = spark_cli("status", "--json", env=server_env)
-        assert done.returncode == 0 and json.loads(done.stdout)["spark_version"] == spark.version
+        assert done.returncode == 0 and json.loads(done.stdout)["spark_version"] == version
 
         os.kill(pid, signal.SIGKILL)  # the server dies; the next user starts a new one
         for _ in range(100):
