@@ -191,6 +191,7 @@ def test_produce_and_tail(tmp_path):
     stdin = subprocess.run(
         [*LAKELOG, "produce", "page_views", "-", "--home", str(home)],
         input=json.dumps({**good, "event_id": "x3"}) + "\n", capture_output=True, text=True,
+        env=subprocess_env(),
     )
     assert stdin.returncode == 0 and "1 appended" in stdin.stdout
 
@@ -211,7 +212,7 @@ def test_produce_and_tail(tmp_path):
 )
 def test_errors_are_one_line(tmp_path, args, code, message):
     proc = lakelog(*args, home=tmp_path, check=False) if args != ["frobnicate"] else subprocess.run(
-        [*LAKELOG, *args], capture_output=True, text=True
+        [*LAKELOG, *args], capture_output=True, text=True, env=subprocess_env()
     )
     assert proc.returncode == code
     assert message in proc.stderr
