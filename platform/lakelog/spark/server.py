@@ -320,10 +320,10 @@ def _wait_until_answering(config: ServerConfig, timeout: float) -> ServerStatus:
 def stop(config: ServerConfig, *, timeout: float = 30.0) -> ServerStatus | None:
     """Stop the server (SIGTERM, then SIGKILL after `timeout`); None if none was running."""
     with _locked(config, timeout):
-        pid = _server_pid(config)
-        if pid is None:
-            return None
         found = status(config)
+        if found.pid is None:
+            return None
+        pid = found.pid
         os.killpg(pid, signal.SIGTERM)  # the JVM leads its own session (start_new_session)
         deadline = time.monotonic() + timeout
         while _server_pid(config) is not None and time.monotonic() < deadline:
