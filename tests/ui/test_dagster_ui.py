@@ -10,7 +10,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+import dagster as dg
 import pytest
+from dagster._core.execution.backfill import BulkActionStatus
 from deltalake import DeltaTable
 from processes import free_port, stop_group, subprocess_env
 
@@ -46,9 +48,8 @@ def dagster_dev(tmp_path_factory):
     landing.mkdir(parents=True)
     (landing / "ui.ndjson").write_text("".join(view(i) + "\n" for i in range(5)) + "{broken\n")
     port = free_port()
-    env = subprocess_env(
-        DAGSTER_HOME=str(tmp_path_factory.mktemp("dagster_home")), LAKELOG_HOME=str(home)
-    )
+    dagster_home = tmp_path_factory.mktemp("dagster_home")
+    env = subprocess_env(DAGSTER_HOME=str(dagster_home), LAKELOG_HOME=str(home))
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -67,7 +68,7 @@ def dagster_dev(tmp_path_factory):
             time.sleep(2)
         else:
             pytest.fail("dagster dev did not come up")
-        yield url, home
+        yield url, home, dagster_home
     finally:
         stop_group(proc, timeout=20)
 
@@ -87,7 +88,7 @@ def dismiss_welcome(page):
 
 
 def test_ui_shows_assets_sensors_and_schedule(dagster_dev, page):
-    url, _ = dagster_dev
+    url, _, _ = dagster_dev
     page.goto(f"{url}/assets/streams")  # the catalog lists the folder's assets
     page.get_by_text("product_stats").first.wait_for(timeout=60_000)
     dismiss_welcome(page)
@@ -102,7 +103,7 @@ def test_ui_shows_assets_sensors_and_schedule(dagster_dev, page):
 
 
 def test_materialize_from_the_ui_writes_the_log(dagster_dev, page):
-    url, home = dagster_dev
+    url, home, _ = dagster_dev
     page.goto(f"{url}/assets/log/page_views")
     button = page.locator("button", has_text="Materialize").first
     button.wait_for(timeout=60_000)
@@ -124,3 +125,54 @@ def test_materialize_from_the_ui_writes_the_log(dagster_dev, page):
         if "records_appended" in text:
             break
     assert "records_appended" in text and "dead_letters" in text
+
+
+def test_backfill_of_replay_hours_launched_from_the_ui(dagster_dev, page):
+    """A range of hourly `replays/*` partitions, backfilled from the asset's launch dialog once
+    the pipeline sensor (on in `dagster dev`) has consumed the page views into the live windows."""
+    url, home, dagster_home = dagster_dev
+    live = home / "streams" / "product_views_10m"
+    for _ in range(120):  # a liveness wait for the automation, not a speed check
+        if (live / "_delta_log").exists() and DeltaTable(str(live)).to_pyarrow_table().num_rows:
+            break
+        time.sleep(2)
+    else:
+        pytest.fail("the pipeline sensor did not bring streams/product_views_10m up to date")
+
+    page.goto(f"{url}/assets/replays/product_views_10m")
+    page.locator("button:not([disabled])", has_text="Materialize").first.wait_for(timeout=60_000)
+    dismiss_welcome(page)
+    page.locator("button", has_text="Materialize").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_role("button", name="Show all partitions").click()  # January is > 90 days ago
+    hours = dialog.locator("input[type=text]").first
+    hours.fill("[2026-01-05-07:00...2026-01-05-08:00]")
+    hours.press("Enter")
+    dialog.get_by_text("2 partitions").wait_for(timeout=30_000)
+    dialog.get_by_role("button", name="Launch backfill").click()
+    created = page.get_by_text("Created backfill")
+    created.wait_for(timeout=30_000)
+    backfill_id = created.inner_text().split()[-1]
+
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+    for _ in range(150):  # the daemon's backfill loop launches the run; wait for it to finish
+        backfill = instance.get_backfill(backfill_id)
+        if backfill.status != BulkActionStatus.REQUESTED:
+            break
+        time.sleep(2)
+    assert backfill.status == BulkActionStatus.COMPLETED_SUCCESS, backfill.status
+    key = dg.AssetKey(["replays", "product_views_10m"])
+    subset = backfill.asset_backfill_data.target_subset.get_partitions_subset(key)
+    assert sorted(subset.get_partition_keys()) == ["2026-01-05-07:00", "2026-01-05-08:00"]
+    runs = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+    assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS]  # a range in one run
+
+    # Five views at 08:00, each in ten one-minute-sliding ten-minute windows.
+    windows = DeltaTable(str(home / "replays" / "product_views_10m")).to_pyarrow_table().to_pylist()
+    assert sum(w["views"] for w in windows) == 50
+    assert {w["product_id"] for w in windows} == {f"P{i:04d}" for i in range(5)}
+    check = instance.get_latest_asset_check_evaluation_record(dg.AssetCheckKey(key, "matches_live"))
+    assert check.event.dagster_event.event_specific_data.passed  # the replay equals the live windows
+    page.goto(f"{url}/assets/replays/product_views_10m")
+    page.get_by_text("Latest materialization").first.wait_for(timeout=60_000)
+    page.get_by_text("Never materialized").wait_for(state="detached", timeout=60_000)
