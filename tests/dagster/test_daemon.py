@@ -7,7 +7,6 @@ test only watches the tables — with delta-rs, not Spark — until everything h
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -16,22 +15,18 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 from deltalake import DeltaTable
 from instances import REPO, deploy_instance
 from processes import stop_group, subprocess_env
-from shop_records import SHOP_FILES, SHOP_RECORDS, SHOP_TOTALS
 
-from lakelog import checkpoints
 from lakelog.consumers import lag
 from lakelog.demo import shop_cdc
-from lakelog.demo.shop import CONSUMERS, PRODUCT_STATS, TOPICS
+from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_joins import JOINS
 from lakelog.demo.shop_windows import WINDOWS
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
 
-HERE = Path(__file__).parent
 DAEMON = Path(sys.executable).with_name("dagster-daemon")
 EVERY_CONSUMER = {
     **CONSUMERS, **shop_cdc.CONSUMERS,
@@ -112,58 +107,3 @@ def test_the_daemon_brings_every_derived_table_up_to_date(homes, tmp_path):
     assert runs and all(r.dagster_run.tags.get("dagster/sensor_name") == "pipeline" for r in runs)
     assert rows(home, "log/page_views") > 0 and rows(home, "log/cdc.customers") > 0
 
-
-@pytest.mark.slow
-def test_a_run_worker_killed_mid_batch_is_retried_and_the_batch_finishes_once(tmp_path):
-    """`kill -9` of the run worker in the middle of a planned microbatch: the code server reports
-    the run failed, the daemon's run retries launch it again, the retry resumes the planned batch,
-    and the consumer's output holds every record once."""
-    home = tmp_path / "lake"
-    for (topic, name), records in SHOP_FILES.items():
-        path = home / "landing" / topic / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    dagster_home = deploy_instance(tmp_path / "dagster_home")
-    marker = tmp_path / "killed"
-    lake = EmbeddedLake(no_spark, str(home))
-    instance = dg.DagsterInstance.from_config(str(dagster_home))
-
-    def settled() -> bool:
-        if not (home / "_checkpoints" / "product_stats" / "_delta_log").exists():
-            return False
-        done = checkpoints.load(lake, "product_stats")
-        busy = instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
-        return done.plan is None and sum(done.committed.values()) == SHOP_RECORDS and not busy
-
-    log = (tmp_path / "daemon.log").open("w")
-    daemon = subprocess.Popen(
-        [str(DAEMON), "run", "-f", str(HERE / "worker_fault_defs.py")], cwd=REPO,
-        env=subprocess_env(DAGSTER_HOME=str(dagster_home), LAKELOG_HOME=str(home),
-                           LAKELOG_TEST_KILL_MARKER=str(marker)),
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 6 * 60  # a liveness bound, not a speed check
-        while not settled() and time.monotonic() < deadline:
-            assert daemon.poll() is None, "dagster-daemon exited"
-            time.sleep(3)
-    finally:
-        stop_group(daemon, timeout=60)
-        log.close()
-
-    assert marker.exists(), "the run worker was never killed"
-    runs = {r.dagster_run.run_id: r.dagster_run for r in instance.get_run_records()}
-    crashed = [r for r in runs.values() if r.status == dg.DagsterRunStatus.FAILURE]
-    assert len(crashed) == 1, sorted((r.run_id, r.status.value) for r in runs.values())
-    retries = [r for r in runs.values() if r.tags.get("dagster/parent_run_id") == crashed[0].run_id]
-    assert [r.status for r in retries] == [dg.DagsterRunStatus.SUCCESS]
-    crash_events = instance.all_logs(crashed[0].run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
-    assert any("-9" in (e.message or "") or "SIGKILL" in (e.message or "")
-               for e in crash_events), [e.message for e in crash_events]
-
-    stats = DeltaTable(str(home / PRODUCT_STATS.path)).to_pyarrow_table().to_pylist()
-    totals = {r["product_id"]: (r["views"], r["cart_adds"], r["cart_removes"], r["orders"],
-                                r["units_sold"], r["revenue"]) for r in stats}
-    assert totals == SHOP_TOTALS  # every record once: nothing lost, nothing doubled
-    views = DeltaTable(str(home / "log" / "page_views")).to_pyarrow_table()["event_id"].to_pylist()
-    assert sorted(views) == ["v1", "v2", "v3", "v4", "v5"]
