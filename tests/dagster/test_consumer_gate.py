@@ -6,6 +6,7 @@ import dagster as dg
 from pyspark.sql import functions as F
 from shop_records import SHOP_RECORDS
 
+from lakelog.assets import gates
 from lakelog.assets.definitions import build_definitions
 from lakelog.consumers import lag
 from lakelog.demo.shop import CONSUMERS, TOPICS
@@ -74,3 +75,32 @@ def test_the_sensor_leaves_a_stopped_consumer_out(shop_lake, resources):
 
     assert STATS not in request.asset_selection  # it reads the failed log/orders
     assert dg.AssetKey(["streams", "cart_state"]) in request.asset_selection  # cart events only
+
+
+def test_a_check_whose_run_ended_before_it_ran_blocks_until_it_runs():
+    """No verdict is no pass: a run that failed before its blocking check ran leaves the check
+    planned, never evaluated; the gate blocks on it, as Dagster's in-run blocking would, and a
+    later run's verdict lifts that."""
+    key = dg.AssetKey(["log", "gated"])
+    spec = dg.AssetCheckSpec("valid", asset=key, blocking=True)
+    fail = {"now": True}
+
+    @dg.asset(key=key, check_specs=[spec])
+    def gated():
+        if fail["now"]:
+            raise RuntimeError("the run ends before the check runs")
+        yield dg.MaterializeResult()
+        yield dg.AssetCheckResult(check_name="valid", passed=True)
+
+    instance = dg.DagsterInstance.ephemeral()
+    assert not gates.verdict(instance, spec.key).blocks  # never executed: nothing to wait for
+    failed = dg.materialize([gated], instance=instance, raise_on_error=False)
+    assert not failed.success
+    stuck = gates.verdict(instance, spec.key)
+    assert stuck.blocks and stuck.unfinished and failed.run_id in stuck.reason
+    assert gates.describe(gates.blocking([stuck])) == f"check log/gated:valid {stuck.reason}"
+
+    fail["now"] = False
+    assert dg.materialize([gated], instance=instance).success
+    passed = gates.verdict(instance, spec.key)
+    assert not passed.blocks and passed.record != stuck.record
