@@ -17,7 +17,7 @@ from lakelog.assets.pipeline import FRESHNESS, Pipeline, fresh, gates_of
 from lakelog.assets.quality import quality_checks
 from lakelog.assets.replay import replay_asset
 from lakelog.assets.views import default_models_dir, lakelog_tables, model_assets
-from lakelog.assets.topics import topic_asset
+from lakelog.assets.topics import topic_assets
 from lakelog.captured import CapturedSource
 from lakelog.carts import CartAggregate
 from lakelog.consumers import Consumer
@@ -80,7 +80,7 @@ def build_definitions(
     models = load_models(views_dir, tables.keys()) if views_dir else None
     live = (
         *captures.values(),
-        *(topic_asset(t, landed_by.get(t.name, ())) for t in topics.values()),
+        topic_assets(list(topics.values()), landed_by),
         *consumer_assets.values(),
         *(fresh(orders_relay_asset(a), FRESHNESS) for a in aggregates),
         *(fresh(m, FRESHNESS) for m in (model_assets(models, tables) if models else ())),

@@ -11,8 +11,9 @@ from lakelog.topics import Topic
 
 #: Run and op tag naming the consumer a run advances; deploy/dagster.yaml allows one run per value.
 CONSUMER_TAG = "lakelog/consumer"
-#: Op tag naming the topic an ingest op ingests (its pool keeps runs apart: `ingest_pool`).
-TOPIC_TAG = "lakelog/topic"
+#: The concurrency pool of the ingest step (limit 1 in deploy/dagster.yaml): one run ingests at
+#: a time, whichever topics it selected.
+INGEST_POOL = "lakelog/ingest"
 
 
 def capture_key(server_name: str) -> dg.AssetKey:
@@ -35,10 +36,6 @@ def output_key(output: Output) -> dg.AssetKey:
 def consumer_pool(consumer: Consumer) -> str:
     """The concurrency pool of a consumer's microbatches (limit 1 in deploy/dagster.yaml)."""
     return f"lakelog/consumer/{consumer.name}"
-
-
-def ingest_pool(topic: Topic) -> str:
-    return f"lakelog/ingest/{topic.name}"
 
 
 def op_name(prefix: str, name: str) -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dagster as dg
 from pyspark.sql import functions as F
-from shop_records import page_view
+from pyspark.sql.types import StringType, StructField, StructType
+from shop_records import cart_event, order, page_view
 
-from lakelog.assets.naming import TOPIC_TAG, topic_key
-from lakelog.assets.topics import topic_asset
-from lakelog.demo.shop import PAGE_VIEWS
+from lakelog.assets.naming import topic_key
+from lakelog.assets.topics import topic_asset, topic_assets
+from lakelog.demo.shop import CART_EVENTS, PAGE_VIEWS, TOPICS
 
 KEY = topic_key(PAGE_VIEWS)
 
@@ -61,7 +62,7 @@ def test_each_landing_file_is_ingested_once(lake, land, resources):
     asset = topic_asset(PAGE_VIEWS)
     land("page_views", "a.ndjson", [page_view("e1", "u1", "p1"), page_view("e2", "u2", None)])
     land("page_views", "b.ndjson", [page_view("e2", "u2", None), page_view("e3", "u1", "p2")])
-    one_file = dg.RunConfig({"log__page_views": {"config": {"max_files": 1}}})
+    one_file = dg.RunConfig({"ingest": {"config": {"max_files": 1}}})
 
     first = materialized(dg.materialize([asset], resources=resources, run_config=one_file))
     assert (first["files"].value, first["batch"].value, first["head_total"].value) == (1, 0, 2)
@@ -82,5 +83,42 @@ def test_topic_asset_definition():
     assert asset.key == dg.AssetKey(["log", "page_views"])
     assert asset.group_names_by_key[asset.key] == "log"
     assert asset.specs_by_key[asset.key].kinds == {"spark", "delta"}
-    assert asset.op.tags[TOPIC_TAG] == "page_views"
-    assert asset.op.pool == "lakelog/ingest/page_views"
+    assert asset.op.pool == "lakelog/ingest"  # deploy/dagster.yaml: one ingest step at a time
+
+
+def test_one_step_ingests_the_selected_topics_and_only_those(lake, land, resources):
+    every = topic_assets(list(TOPICS.values()))
+    assert every.keys == {topic_key(t) for t in TOPICS.values()} and every.can_subset
+    land("page_views", "a.ndjson", [page_view("e1", "u1", "p1"), page_view("e2", "u2", None)])
+    land("cart_events", "a.ndjson", [cart_event("c1", "u1", "add", "p1")])
+    land("orders", "a.ndjson", [order("o1", "u1", [("p1", 1, 10.0)])])
+
+    chosen = [topic_key(PAGE_VIEWS), topic_key(CART_EVENTS)]
+    result = dg.materialize([every], resources=resources, selection=chosen)
+
+    assert result.success
+    assert len({e.step_key for e in result.get_step_success_events()}) == 1  # one step
+    assert materialized(result)["records_appended"].value == 2
+    assert materialized(result, topic_key(CART_EVENTS))["records_appended"].value == 1
+    reported = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert reported == set(chosen)
+    assert not lake.exists(TOPICS["orders"].path)  # not selected: its landing file waits
+
+
+def test_a_topic_that_fails_fails_the_step_and_the_others_are_still_reported(
+    lake, land, resources
+):
+    every = topic_assets(list(TOPICS.values()))
+    land("page_views", "a.ndjson", [page_view("e1", "u1", "p1")])
+    land("cart_events", "a.ndjson", [cart_event("c1", "u1", "add", "p1")])
+    lake.create_table(CART_EVENTS.path, StructType([StructField("other", StringType())]))
+
+    chosen = [topic_key(PAGE_VIEWS), topic_key(CART_EVENTS)]
+    result = dg.materialize([every], resources=resources, selection=chosen, raise_on_error=False)
+
+    assert not result.success
+    [failure] = result.get_step_failure_events()
+    assert "cart_events" in failure.step_failure_data.error.message
+    reported = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert reported == {topic_key(PAGE_VIEWS)}  # committed, and said so
+    assert lake.read(lake.snapshot(PAGE_VIEWS.path)).count() == 1

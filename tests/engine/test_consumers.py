@@ -6,7 +6,7 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from engine_helpers import drop, make_topic, record
+from engine_helpers import drop, record
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
