@@ -7,7 +7,8 @@ materialized it just wrote. Great Expectations is imported inside the check func
 import takes seconds, which loading the code location should not pay.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -55,31 +56,69 @@ def check_result(outcome: SuiteOutcome, *, asset_key: dg.AssetKey | None = None,
     )
 
 
-def _table_check(
-    key: dg.AssetKey, path: str, name: str, description: str, suite: "Callable[[], Suite]"
-) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=key, name=name, blocking=True, description=description)
-    def _check(lake: LakeResource) -> dg.AssetCheckResult:
+@dataclass(frozen=True)
+class TableCheck:
+    """One blocking suite on one table."""
+
+    key: dg.AssetKey
+    path: str
+    name: str
+    description: str
+    suite: "Callable[[], Suite]"
+
+    @property
+    def check_key(self) -> dg.AssetCheckKey:
+        return dg.AssetCheckKey(self.key, self.name)
+
+
+def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.AssetChecksDefinition:
+    """`checks` as one step that evaluates the selected ones, one after another.
+
+    One step instead of one per check: each step costs a pipeline run its own Dagster
+    bookkeeping. A check that raises does not keep the others from being evaluated; the step
+    fails after them. `name` defaults to Dagster's own name for a single check.
+    """
+    by_key = {c.check_key: c for c in checks}
+    if name is None:
+        [only] = checks
+        name = f"{only.key.to_python_identifier()}_{only.name}"
+
+    @dg.multi_asset_check(
+        specs=[dg.AssetCheckSpec(c.name, asset=c.key, blocking=True, description=c.description)
+               for c in checks],
+        name=name,
+        can_subset=True,
+    )
+    def _checks(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> Iterator:
         from lakelog.quality.validate import validate
 
-        the_lake = lake.open()
-        if not the_lake.exists(path):
-            return dg.AssetCheckResult(passed=True, description=f"{path} does not exist yet")
-        with engine_errors():
-            snapshot = the_lake.snapshot(path)
-            [outcome] = validate(the_lake.read(snapshot), [suite()])
-        return check_result(outcome, version=snapshot.version)
+        the_lake, failed = lake.open(), None
+        for check in (c for key, c in by_key.items() if key in context.selected_asset_check_keys):
+            if not the_lake.exists(check.path):
+                yield dg.AssetCheckResult(asset_key=check.key, check_name=check.name, passed=True,
+                                          description=f"{check.path} does not exist yet")
+                continue
+            try:
+                with engine_errors():
+                    snapshot = the_lake.snapshot(check.path)
+                    [outcome] = validate(the_lake.read(snapshot), [check.suite()])
+            except Exception as exc:  # the step fails once the other checks have run
+                failed = failed or exc
+                continue
+            yield check_result(outcome, asset_key=check.key, version=snapshot.version)
+        if failed is not None:
+            raise failed
 
-    return _check
+    return _checks
 
 
-def topic_check(topic: Topic) -> dg.AssetChecksDefinition:
+def _topic_check(topic: Topic) -> TableCheck:
     def suite() -> "Suite":
         from lakelog.quality.suites import topic_suite
 
         return topic_suite(topic)
 
-    return _table_check(
+    return TableCheck(
         topic_key(topic), topic.path, names.TOPIC_CHECK,
         "Blocking: schema, non-null key and event id, offsets unique per log partition"
         + (" (compacted topic: gaps allowed)." if topic.compaction else " and contiguous."),
@@ -87,38 +126,44 @@ def topic_check(topic: Topic) -> dg.AssetChecksDefinition:
     )
 
 
-def compacted_check(table: CompactedTable) -> dg.AssetChecksDefinition:
+def _compacted_check(table: CompactedTable) -> TableCheck:
     def suite() -> "Suite":
         from lakelog.quality.suites import compacted_suite
 
         return compacted_suite(table)
 
-    return _table_check(
+    return TableCheck(
         output_key(table.output), table.path, names.COMPACTED_CHECK,
         f"Blocking: primary key ({', '.join(table.key)}) unique.", suite,
     )
 
 
-def history_check(table: HistoryTable) -> dg.AssetChecksDefinition:
+def _history_check(table: HistoryTable) -> TableCheck:
     def suite() -> "Suite":
         from lakelog.quality.suites import history_suite
 
         return history_suite(table)
 
-    return _table_check(
+    return TableCheck(
         output_key(table.output), table.path, names.HISTORY_CHECK,
         "Blocking: one current row per key, validity intervals not overlapping.", suite,
     )
 
 
+def topic_check(topic: Topic) -> dg.AssetChecksDefinition:
+    """The blocking check of one topic, as a step of its own."""
+    return table_checks([_topic_check(topic)])
+
+
 def quality_checks(
     topics: Mapping[str, Topic], sources: Sequence[CapturedSource] = ()
 ) -> list[dg.AssetChecksDefinition]:
-    """The blocking checks of every topic in `topics`, and of every source's changelog topics,
-    compacted tables and history tables."""
+    """The blocking checks of every topic in `topics`, and of every source's changelog topics
+    (one step, `log_checks`), and of its compacted and history tables (`table_checks`)."""
     changelogs = {n: t for s in sources for n, t in s.changelogs.items()}
-    return [
-        *(topic_check(t) for t in {**topics, **changelogs}.values()),
-        *(compacted_check(t) for s in sources for t in s.compacted.values()),
-        *(history_check(t) for s in sources for t in s.history.values()),
+    logs = [_topic_check(t) for t in {**topics, **changelogs}.values()]
+    tables = [
+        *(_compacted_check(t) for s in sources for t in s.compacted.values()),
+        *(_history_check(t) for s in sources for t in s.history.values()),
     ]
+    return [table_checks(logs, "log_checks")] + ([table_checks(tables, "table_checks")] if tables else [])

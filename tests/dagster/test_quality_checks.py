@@ -10,8 +10,8 @@ import dagster as dg
 from pyspark.sql import functions as F
 from shop_records import order
 
-from lakelog.assets.quality import topic_check
-from lakelog.assets.topics import topic_asset
+from lakelog.assets.quality import quality_checks, topic_check
+from lakelog.assets.topics import topic_asset, topic_assets
 from lakelog.assets.views import lakelog_tables, view_definitions
 from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_cdc import COMPACTED, SHOP
@@ -80,3 +80,18 @@ def test_a_failing_topic_check_blocks_the_models_downstream(shop_lake, resources
     materialized = {e.asset_key for e in blocked.get_asset_materialization_events()}
     assert ORDERS_KEY in materialized and not {CLV, INVENTORY} & materialized
 
+
+
+def test_the_topic_checks_run_as_one_step_each_with_its_own_verdict(shop_lake, resources):
+    log = shop_lake.read(shop_lake.snapshot(ORDERS.path))  # a duplicate offset, behind our back
+    shop_lake.write(shop_lake.snapshot(ORDERS.path), log.limit(1))
+    [log_checks] = quality_checks(TOPICS)
+
+    result = dg.materialize([topic_assets(list(TOPICS.values())), log_checks],
+                            resources=resources, raise_on_error=False)
+
+    verdicts = {e.asset_key.path[-1]: e.passed for e in result.get_asset_check_evaluations()}
+    assert verdicts == {"page_views": True, "cart_events": True, "orders": False,
+                        "searches": True, "clicks": True}  # the last two: no table yet
+    steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
+    assert steps == {"ingest", "log_checks"}
