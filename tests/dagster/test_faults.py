@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
+from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 from deltalake import DeltaTable
 from instances import REPO, deploy_instance
 from processes import free_port, stop_group, subprocess_env
@@ -44,7 +44,8 @@ def land_shop(home: Path) -> None:
 
 def run_daemon(tmp_path: Path, kill: str, **env: str) -> tuple[Path, dg.DagsterInstance]:
     """Run the daemon on `fault_defs.py` over the landed shop until product_stats has committed
-    every record and no run is in progress; the lake and the instance."""
+    every record and every run has finished (a queued retry too: the sensor's next run may have
+    finished the batch before it); the lake and the instance."""
     home = tmp_path / "lake"
     land_shop(home)
     dagster_home = deploy_instance(tmp_path / "dagster_home")
@@ -55,7 +56,7 @@ def run_daemon(tmp_path: Path, kill: str, **env: str) -> tuple[Path, dg.DagsterI
         if not (home / "_checkpoints" / "product_stats" / "_delta_log").exists():
             return False
         done = checkpoints.load(lake, "product_stats")
-        busy = instance.get_run_records(dg.RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
+        busy = instance.get_run_records(dg.RunsFilter(statuses=NOT_FINISHED_STATUSES))
         return done.plan is None and sum(done.committed.values()) == SHOP_RECORDS and not busy
 
     log = (tmp_path / "daemon.log").open("w")
