@@ -28,6 +28,7 @@ ARGS = [
 if not Path(CHROMIUM).exists():  # .ci/run installs Debian's chromium; say so loudly elsewhere
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 
@@ -87,6 +88,20 @@ def dismiss_welcome(page):
         skip.first.click()
 
 
+def click(page, target, *, tries: int = 6) -> None:
+    """Click `target`; the UI's welcome dialog may pop up over the page at any moment, so it is
+    dismissed before each try, and a click it intercepted is tried again."""
+    for _ in range(tries - 1):
+        dismiss_welcome(page)
+        try:
+            target.click(timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    dismiss_welcome(page)
+    target.click()  # the last try fails with Playwright's explanation
+
+
 def test_ui_shows_assets_sensors_and_schedule(dagster_dev, page):
     url, _, _ = dagster_dev
     page.goto(f"{url}/assets/streams")  # the catalog lists the folder's assets
@@ -107,8 +122,7 @@ def test_materialize_from_the_ui_writes_the_log(dagster_dev, page):
     page.goto(f"{url}/assets/log/page_views")
     button = page.locator("button", has_text="Materialize").first
     button.wait_for(timeout=60_000)
-    dismiss_welcome(page)
-    button.click()
+    click(page, button)
     table = home / "log" / "page_views"
     for _ in range(120):  # the run is queued, then started by the daemon: wait for its commit
         if (table / "_delta_log").exists() and DeltaTable(str(table)).version() >= 1:
@@ -141,15 +155,14 @@ def test_backfill_of_replay_hours_launched_from_the_ui(dagster_dev, page):
 
     page.goto(f"{url}/assets/replays/product_views_10m")
     page.locator("button:not([disabled])", has_text="Materialize").first.wait_for(timeout=60_000)
-    dismiss_welcome(page)
-    page.locator("button", has_text="Materialize").first.click()
-    dialog = page.get_by_role("dialog")
-    dialog.get_by_role("button", name="Show all partitions").click()  # January is > 90 days ago
+    click(page, page.locator("button", has_text="Materialize").first)
+    dialog = page.get_by_role("dialog").filter(has_text="Launch runs to materialize")
+    click(page, dialog.get_by_role("button", name="Show all partitions"))  # January: > 90 days
     hours = dialog.locator("input[type=text]").first
     hours.fill("[2026-01-05-07:00...2026-01-05-08:00]")
     hours.press("Enter")
     dialog.get_by_text("2 partitions").wait_for(timeout=30_000)
-    dialog.get_by_role("button", name="Launch backfill").click()
+    click(page, dialog.get_by_role("button", name="Launch backfill"))
     created = page.get_by_text("Created backfill")
     created.wait_for(timeout=30_000)
     backfill_id = created.inner_text().split()[-1]
