@@ -166,4 +166,7 @@ def quality_checks(
         *(_compacted_check(t) for s in sources for t in s.compacted.values()),
         *(_history_check(t) for s in sources for t in s.history.values()),
     ]
-    return [table_checks(logs, "log_checks")] + ([table_checks(tables, "table_checks")] if tables else [])
+    steps = [table_checks(logs, "log_checks")]
+    if tables:
+        steps.append(table_checks(tables, "table_checks"))
+    return steps

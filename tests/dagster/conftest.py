@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shop_records import SHOP_FILES
+from shop_records import SHOP_FILES, land_file
 from processes import TEST_SERVER
 
 from lakelog.demo.shop import TOPICS
@@ -32,11 +31,7 @@ def land(lake) -> Land:
     def write(
         topic: str, name: str, records: Sequence[dict[str, Any]], extra_lines: Sequence[str] = ()
     ) -> Path:
-        path = Path(lake.root) / "landing" / topic / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps(r) for r in records] + list(extra_lines)
-        path.write_text("\n".join(lines) + "\n")
-        return path
+        return land_file(lake.root, topic, name, records, extra_lines)
 
     return write
 
@@ -67,9 +62,7 @@ def shop_template(spark, tmp_path_factory) -> Path:
     template = EmbeddedLake(spark, str(root))
     month_ago = datetime.now(timezone.utc) - timedelta(days=30)
     for (topic, name), records in SHOP_FILES.items():
-        path = root / "landing" / topic / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        land_file(root, topic, name, records)
         ingest(template, spark, TOPICS[topic], now=month_ago)
     return root
 

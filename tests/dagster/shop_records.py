@@ -1,9 +1,11 @@
-"""NDJSON records of the demo shop's topics, with ISO timestamps, for landing files."""
+"""NDJSON records of the demo shop's topics, with ISO timestamps, and landing files of them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 
@@ -68,3 +70,16 @@ SHOP_TOTALS = {  # views, cart adds, cart removes, orders, units sold, revenue
     "p2": (2, 1, 1, 1, 1, Decimal("4.50")),
 }
 SHOP_RECORDS = sum(len(records) for records in SHOP_FILES.values())
+
+
+def land_file(
+    root: str | Path, topic: str, name: str, records: Sequence[dict[str, Any]],
+    extra_lines: Sequence[str] = (),
+) -> Path:
+    """Write `records` (and `extra_lines` as they are) as the NDJSON landing file `name` of
+    `topic` under the lake `root`."""
+    path = Path(root) / "landing" / topic / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(r) for r in records] + list(extra_lines)
+    path.write_text("\n".join(lines) + "\n")
+    return path

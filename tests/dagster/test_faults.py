@@ -5,7 +5,6 @@ holds every record once: nothing lost, nothing doubled."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 from deltalake import DeltaTable
 from instances import REPO, deploy_instance
 from processes import free_port, stop_group, subprocess_env
-from shop_records import SHOP_FILES, SHOP_RECORDS, SHOP_TOTALS
+from shop_records import SHOP_FILES, SHOP_RECORDS, SHOP_TOTALS, land_file
 
 from lakelog import checkpoints
 from lakelog.demo.shop import PRODUCT_STATS
@@ -35,19 +34,13 @@ def no_spark():
     raise AssertionError("the test reads metadata only")
 
 
-def land_shop(home: Path) -> None:
-    for (topic, name), records in SHOP_FILES.items():
-        path = home / "landing" / topic / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
-
-
 def run_daemon(tmp_path: Path, kill: str, **env: str) -> tuple[Path, dg.DagsterInstance]:
     """Run the daemon on `fault_defs.py` over the landed shop until product_stats has committed
     every record and every run has finished (a queued retry too: the sensor's next run may have
     finished the batch before it); the lake and the instance."""
     home = tmp_path / "lake"
-    land_shop(home)
+    for (topic, name), records in SHOP_FILES.items():
+        land_file(home, topic, name, records)
     dagster_home = deploy_instance(tmp_path / "dagster_home")
     lake = EmbeddedLake(no_spark, str(home))
     instance = dg.DagsterInstance.from_config(str(dagster_home))
