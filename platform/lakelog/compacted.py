@@ -92,7 +92,7 @@ def purge_tombstones(lake: Lake, table: CompactedTable, *, now: datetime) -> int
         return 0
     kept = clustered(rows.where(~expired), table.key, table.rows_per_file,
                      counts["all"] - counts["gone"])
-    lake.write(snapshot, kept, remove=files,
+    lake.write(snapshot, kept, remove=files, max_records_per_file=table.rows_per_file,
                metadata={"lakelog.purge_tombstones": {"removed": counts["gone"],
                                                       "cutoff": cutoff.isoformat()}})
     return counts["gone"]

@@ -329,7 +329,8 @@ def _write_output(
         if output.rows_per_file:  # at most one row per record; usually one sorted file
             rows = clustered(rows, output.keys, output.rows_per_file,
                              changes.rows_hint or plan.records)
-        lake.write(snapshot, rows, txns=[txn], metadata=metadata)
+        lake.write(snapshot, rows, txns=[txn], metadata=metadata,
+                   max_records_per_file=output.rows_per_file)
     elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,

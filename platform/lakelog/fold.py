@@ -79,7 +79,8 @@ def fold(
                             keys=keys.select(*merge.keys).distinct()).where(doomed).count()
         rows = rows.where(~doomed)
     rows = clustered(rows, merge.keys, rows_per_file or ROWS_PER_FILE, versions - dropped)
-    version = lake.write(snapshot, rows, remove=folded, metadata={
+    version = lake.write(snapshot, rows, remove=folded,
+                         max_records_per_file=rows_per_file or ROWS_PER_FILE, metadata={
         "lakelog.fold": {"files": len(folded), "versions": versions, "dropped": dropped},
     })
     before = {f.path for f in files}

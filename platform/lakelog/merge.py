@@ -3,7 +3,8 @@
 Only files whose key statistics overlap the incoming keys are read and rewritten; the rest of the
 table is untouched, so an upsert costs what the changed keys' files cost, not the table size.
 Tables written with `rows_per_file` are clustered by key range (each file holds a narrow range of
-the first key column), which is what makes those statistics prune.
+the first key column), which is what makes those statistics prune. A small table is rewritten
+whole instead: finding its files would cost a Spark job of its own, more than rewriting it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from pyspark.sql import functions as F
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
 from lakelog.lake.base import overlapping
+
+#: A table this small is rewritten whole by an upsert, in one file: a pass over the incoming
+#: rows to find the files their keys fall in is a Spark job of its own (hundreds of
+#: milliseconds), while rewriting a few MB is far cheaper than that.
+SMALL_TABLE_BYTES = 8 * 1024 * 1024
 
 
 def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> list[DataFile]:
@@ -36,10 +42,20 @@ def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[st
 
 
 def clustered(df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int) -> DataFrame:
-    """`df` (`rows` rows) split into files of about `rows_per_file` rows by range of the key."""
+    """`df` (about `rows` rows) sorted by the key, in key ranges of about `rows_per_file` rows.
+
+    Written with ``max_records_per_file=rows_per_file`` (`Lake.write`), each task's sorted rows
+    are cut into files of at most `rows_per_file`: `rows` may be an estimate, even a low one,
+    since it only chooses how many tasks share the work (one, without a shuffle, for few rows).
+    """
     files = max(1, math.ceil(rows / rows_per_file))
     spread = df.coalesce(1) if files == 1 else df.repartitionByRange(files, *keys)
     return spread.sortWithinPartitions(*keys)
+
+
+def is_small(files: Sequence[DataFile]) -> bool:
+    """Whether a table of `files` is small enough to be rewritten whole by an upsert."""
+    return sum(f.size for f in files) <= SMALL_TABLE_BYTES
 
 
 def upsert(
@@ -67,39 +83,66 @@ def upsert(
     `candidates`, when the caller knows them, are files of `snapshot` holding every stored row
     of the keys in `rows` and `deletes`, and `rows_hint` about how many rows `rows` has (to size
     the files); the upsert then skips its own pass over `rows` to find the key range and count.
+    A small table (`is_small`) needs no pass either: all of it is rewritten.
     """
-    incoming = rows.select(*snapshot.schema.fieldNames()).persist()
+    incoming = rows.select(*snapshot.schema.fieldNames())
+    files = snapshot.files()
+    options = {"keys": keys, "newer_by": newer_by, "rows_per_file": rows_per_file,
+               "deletes": deletes, "small": is_small(files), "txns": txns, "metadata": metadata}
+    if candidates is not None or is_small(files):
+        return _merge(lake, snapshot, incoming, files if candidates is None else candidates,
+                      rows_hint, **options)
+    incoming = incoming.persist()  # read twice: by the pass and by the write
     try:
-        n = rows_hint
-        if candidates is None:
-            first = keys[0]
-            touched = incoming.select(first, F.lit(1).alias("_incoming"))
-            if deletes is not None:
-                touched = touched.unionByName(deletes.select(first, F.lit(0).alias("_incoming")))
-            # One pass finds the key range (the files to rewrite) and the incoming count.
-            found = touched.agg(
-                F.min(first).alias("lo"), F.max(first).alias("hi"),
-                F.coalesce(F.sum("_incoming"), F.lit(0)).alias("n"),
-            ).first()
-            candidates = overlapping(snapshot.files(), first, found["lo"], found["hi"])
-            n = found["n"]
-        existing = lake.read(snapshot, files=candidates)
+        first = keys[0]
+        touched = incoming.select(first, F.lit(1).alias("_incoming"))
         if deletes is not None:
-            existing = existing.join(deletes.select(*keys).distinct(), list(keys), "left_anti")
-        winners = incoming
-        if newer_by is not None:
-            stored = existing.select(*keys, F.col(newer_by).alias("_stored"))
-            winners = incoming.join(stored, list(keys), "left").where(
-                F.col("_stored").isNull() | (F.col(newer_by) > F.col("_stored"))
-            ).drop("_stored")
-        kept = existing.join(winners.select(*keys), list(keys), "left_anti")
-        merged = kept.unionByName(winners)
-        if rows_per_file:
-            total = sum(f.num_records for f in candidates) + (incoming.count() if n is None else n)
-            merged = clustered(merged, keys, rows_per_file, total)
-        return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata)
+            touched = touched.unionByName(deletes.select(first, F.lit(0).alias("_incoming")))
+        # One pass finds the key range (the files to rewrite) and the incoming count.
+        found = touched.agg(
+            F.min(first).alias("lo"), F.max(first).alias("hi"),
+            F.coalesce(F.sum("_incoming"), F.lit(0)).alias("n"),
+        ).first()
+        return _merge(lake, snapshot, incoming, overlapping(files, first, found["lo"], found["hi"]),
+                      found["n"], **options)
     finally:
         incoming.unpersist()
+
+
+def _merge(
+    lake: Lake,
+    snapshot: Snapshot,
+    incoming: DataFrame,
+    candidates: Sequence[DataFile],
+    rows: int | None,
+    *,
+    keys: Sequence[str],
+    newer_by: str | None,
+    rows_per_file: int | None,
+    deletes: DataFrame | None,
+    small: bool,
+    txns: Sequence[AppTxn],
+    metadata: Mapping[str, Any] | None,
+) -> int:
+    """`upsert`'s commit: `candidates` rewritten with `incoming` (about `rows` rows) merged in."""
+    existing = lake.read(snapshot, files=candidates)
+    if deletes is not None:
+        existing = existing.join(deletes.select(*keys).distinct(), list(keys), "left_anti")
+    winners = incoming
+    if newer_by is not None:
+        stored = existing.select(*keys, F.col(newer_by).alias("_stored"))
+        winners = incoming.join(stored, list(keys), "left").where(
+            F.col("_stored").isNull() | (F.col(newer_by) > F.col("_stored"))
+        ).drop("_stored")
+    kept = existing.join(winners.select(*keys), list(keys), "left_anti")
+    merged = kept.unionByName(winners)
+    if rows_per_file:
+        estimate = sum(f.num_records for f in candidates) + (rows or 0)
+        merged = clustered(merged, keys, rows_per_file, estimate)
+    elif small:
+        merged = merged.coalesce(1)  # it stays one file, which the next upsert reads whole
+    return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata,
+                      max_records_per_file=rows_per_file)
 
 
 def rewrite(
@@ -115,8 +158,10 @@ def rewrite(
     metadata: Mapping[str, Any] | None = None,
 ) -> int:
     """Replace `files` by `rows`, their complete new content, in one commit (clustered by key
-    range with `rows_per_file`; `rows_hint` about how many rows there are, else counted)."""
+    range with `rows_per_file`; `rows_hint` about how many rows there are, else the files'
+    count of rows)."""
     if rows_per_file:
-        total = rows.count() if rows_hint is None else rows_hint
-        rows = clustered(rows, keys, rows_per_file, total)
-    return lake.write(snapshot, rows, remove=files, txns=txns, metadata=metadata)
+        estimate = sum(f.num_records for f in files) if rows_hint is None else rows_hint
+        rows = clustered(rows, keys, rows_per_file, estimate)
+    return lake.write(snapshot, rows, remove=files, txns=txns, metadata=metadata,
+                      max_records_per_file=rows_per_file)

@@ -141,10 +141,12 @@ class Lake(Protocol):
         remove: Sequence[DataFile] = (),
         txns: Sequence[AppTxn] = (),
         metadata: Mapping[str, Any] | None = None,
+        max_records_per_file: int | None = None,
     ) -> int:
         """Write `df` as Parquet files and commit them, with `remove`, as one transaction.
 
         Returns the committed version. `df=None` commits only the removes and app transactions.
+        `max_records_per_file` cuts each task's output into files of at most that many rows.
         """
 
     def read_arrow(self, snapshot: Snapshot) -> pa.Table:

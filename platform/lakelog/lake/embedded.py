@@ -245,9 +245,10 @@ class EmbeddedLake:
         remove: Sequence[DataFile] = (),
         txns: Sequence[AppTxn] = (),
         metadata: Mapping[str, Any] | None = None,
+        max_records_per_file: int | None = None,
     ) -> int:
         removed = list(snapshot.files()) if mode == "overwrite" else list(remove)
-        adds = self._write_files(snapshot, df) if df is not None else []
+        adds = [] if df is None else self._write_files(snapshot, df, max_records_per_file)
         return self._commit(snapshot, adds, removed, txns, metadata)
 
     def read_arrow(self, snapshot: DeltaSnapshot) -> pa.Table:
@@ -326,7 +327,9 @@ class EmbeddedLake:
                 found.append((relative, info.size))
         return sorted(found)
 
-    def _write_files(self, snapshot: DeltaSnapshot, df: DataFrame) -> list[AddAction]:
+    def _write_files(
+        self, snapshot: DeltaSnapshot, df: DataFrame, max_records_per_file: int | None = None
+    ) -> list[AddAction]:
         """Write `df` with Spark into staging, move the files into the table, describe them."""
         expected = snapshot.schema
         df, actual = widen(df, expected)
@@ -336,6 +339,8 @@ class EmbeddedLake:
         staging = f"{snapshot.path}/{STAGING}/{uuid.uuid4().hex}"
         # "error" (= errorifexists): the one spelling Spark Connect accepts too.
         writer = df.select(*expected.fieldNames()).write.mode("error")
+        if max_records_per_file:
+            writer = writer.option("maxRecordsPerFile", max_records_per_file)
         if snapshot.partition_columns:
             writer = writer.partitionBy(*snapshot.partition_columns)
         adds: list[AddAction] = []
