@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog import dead_letters, landing
-from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
+from lakelog.lake import AppTxn, CommitMetadata, Lake, Snapshot, already_committed
 from lakelog.log import append
 from lakelog.records import INGEST_TIME, event_time, parse_lines, to_envelope, typed_fields
 from lakelog.topics import Topic
@@ -174,7 +174,6 @@ def _append_lines(
     flat = parsed.select(
         *columns, *[F.col("_typed")[f].alias(f"_typed.{f}") for f in fields]
     ).persist()
-    cached = [flat]
     parsed = flat.select(
         *columns, F.struct(*[F.col(f"`_typed.{f}`").alias(f) for f in fields]).alias("_typed")
     )
@@ -197,23 +196,22 @@ def _append_lines(
                            keep=ORDER)
         counts: dict[str, int] = {}
 
-        def prepare(snapshot: Snapshot) -> tuple[DataFrame, dict[str, Any]]:
-            duplicates = _duplicates(lake, topic, good, snapshot, bounds).persist()
-            cached.append(duplicates)
-            skipped = duplicates.count()
-            counts.clear()
-            counts.update(
-                read=read, appended=read - bad - skipped, duplicates=skipped, dead_letters=bad
-            )
-            # Duplicates are few (a re-dropped file at worst): broadcast them, never shuffle
-            # the records.
-            new = good.join(F.broadcast(duplicates), list(ORDER), "left_anti")
-            return new, {METADATA_KEY: {**extra, **counts}}
+        def prepare(snapshot: Snapshot) -> tuple[DataFrame, CommitMetadata]:
+            # Duplicates are few (a re-dropped file at worst): broadcast them, never shuffle the
+            # records. They are not counted apart: what the append did not add was a duplicate.
+            duplicates = F.broadcast(_duplicates(lake, topic, good, snapshot, bounds))
+            new = good.join(duplicates, list(ORDER), "left_anti")
+
+            def metadata(appended: int) -> dict[str, Any]:
+                counts.update(read=read, appended=appended, duplicates=read - bad - appended,
+                              dead_letters=bad)
+                return {METADATA_KEY: {**extra, **counts}}
+
+            return new, metadata
 
         done = append(lake, topic, prepare, order_by=ORDER, txns=txns)
     finally:
-        for frame in cached:
-            frame.unpersist()
+        flat.unpersist()
     if done is None:
         return None
     result, _ = done

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
-from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -23,7 +22,7 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from lakelog.errors import ConcurrentWriteError, UnknownTopicError
-from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, already_committed
+from lakelog.lake import AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed
 from lakelog.topics import Topic
 
 APPEND_GUARD = "lakelog.append"
@@ -108,7 +107,7 @@ def assign_offsets(
     )
 
 
-Prepared = tuple[DataFrame, Mapping[str, Any]]
+Prepared = tuple[DataFrame, CommitMetadata]
 
 
 def append(
@@ -119,7 +118,7 @@ def append(
     order_by: Sequence[str],
     txns: Sequence[AppTxn] = (),
     attempts: int = 12,
-) -> tuple[AppendResult, Mapping[str, Any]] | None:
+) -> tuple[AppendResult, CommitMetadata] | None:
     """Append envelope-shaped records (no partition/offset yet) as one Delta commit.
 
     `prepare(snapshot)` returns the records and the commit metadata given the log as it is now

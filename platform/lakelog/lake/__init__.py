@@ -4,7 +4,7 @@
 and Spark compute, so it needs no Delta jars on the Spark classpath.
 """
 
-from lakelog.lake.base import AppTxn, DataFile, Lake, Snapshot, already_committed
+from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed
 from lakelog.lake.embedded import EmbeddedLake
 
-__all__ = ["AppTxn", "DataFile", "EmbeddedLake", "Lake", "Snapshot", "already_committed"]
+__all__ = ["AppTxn", "CommitMetadata", "DataFile", "EmbeddedLake", "Lake", "Snapshot", "already_committed"]

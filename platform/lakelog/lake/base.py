@@ -9,7 +9,7 @@ checkpoint commits safe under concurrency.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol
@@ -19,6 +19,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 WriteMode = Literal["append", "overwrite"]
+#: A commit's custom metadata, or a function of the number of rows the write added (known once
+#: the files are written, before the commit: so counts need no Spark job of their own).
+CommitMetadata = Mapping[str, Any] | Callable[[int], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,7 @@ class Lake(Protocol):
         mode: WriteMode = "append",
         remove: Sequence[DataFile] = (),
         txns: Sequence[AppTxn] = (),
-        metadata: Mapping[str, Any] | None = None,
+        metadata: CommitMetadata | None = None,
         max_records_per_file: int | None = None,
     ) -> int:
         """Write `df` as Parquet files and commit them, with `remove`, as one transaction.

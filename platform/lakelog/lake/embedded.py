@@ -9,6 +9,7 @@ are deleted again, so a failed write leaves nothing behind but the staging folde
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -33,7 +34,7 @@ from lakelog.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakelog.lake.base import AppTxn, DataFile, WriteMode, overlapping
+from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, overlapping
 from lakelog.lake.changes import commit_timestamp, net_changes, read_changes
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch, spark_schema, widen
@@ -244,11 +245,13 @@ class EmbeddedLake:
         mode: WriteMode = "append",
         remove: Sequence[DataFile] = (),
         txns: Sequence[AppTxn] = (),
-        metadata: Mapping[str, Any] | None = None,
+        metadata: CommitMetadata | None = None,
         max_records_per_file: int | None = None,
     ) -> int:
         removed = list(snapshot.files()) if mode == "overwrite" else list(remove)
         adds = [] if df is None else self._write_files(snapshot, df, max_records_per_file)
+        if callable(metadata):
+            metadata = metadata(sum(json.loads(a.stats)["numRecords"] for a in adds))
         return self._commit(snapshot, adds, removed, txns, metadata)
 
     def read_arrow(self, snapshot: DeltaSnapshot) -> pa.Table:
