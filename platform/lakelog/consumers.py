@@ -30,7 +30,10 @@ from lakelog import checkpoints
 from lakelog.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.errors import ConfigError, ConsumerBusyError
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, already_committed
-from lakelog.log import ensure_topic_table, offsets_for_time, partition_states, read_offsets, topic_snapshot
+from lakelog.log import (
+    RangeStats, ensure_topic_table, offsets_for_time, partition_states, range_stats, read_offsets,
+    topic_snapshot,
+)
 from lakelog.fold import ensure_layout
 from lakelog.lake.merge_on_read import MergeKeys, merge_keys
 from lakelog.merge import clustered, rewrite, upsert
@@ -84,7 +87,10 @@ class BatchInput:
     consumer's `advance` made of it for this batch (committed with it), and `now` the time the
     batch was planned: a retry sees the same time, so time-driven state (an idle watermark)
     comes out the same. `scratch` is working memory of this attempt that `advance` may fill for
-    `transform` (e.g. a pass over the records both need); it is never committed.
+    `transform` (e.g. a pass over the records both need); it is never committed. `stats` are,
+    per topic, what file statistics say of the batch's records (`lakelog.log.RangeStats`), or
+    None where only a read of the records can tell: facts a transform takes from them cost no
+    Spark job.
     """
 
     lake: Lake
@@ -95,9 +101,25 @@ class BatchInput:
     state: Mapping[str, Any] = field(default_factory=dict)
     next_state: Mapping[str, Any] = field(default_factory=dict)
     scratch: dict[str, Any] = field(default_factory=dict)
+    stats: Mapping[str, RangeStats | None] = field(default_factory=dict)
 
     def current(self, output: Output) -> DataFrame:
         return self.lake.read(self.outputs[output.path])
+
+    def cached(self, df: DataFrame) -> DataFrame:
+        """`df`, kept in memory by the first of this attempt's writes that computes it, for the
+        others (outputs cut from one computation), and released once the writes are done."""
+        kept = df.persist()
+        self.scratch.setdefault(_CACHED, []).append(kept)
+        return kept
+
+    def release(self) -> None:
+        """Release what `cached` kept."""
+        for df in self.scratch.pop(_CACHED, []):
+            df.unpersist()
+
+
+_CACHED = "lakelog.cached"
 
 
 @dataclass(frozen=True)
@@ -272,22 +294,28 @@ def run_batch(
     pending = [o for o in consumer.outputs if not already_committed(snapshots[o.path], txn)]
     state = checkpoint.state
     if pending or consumer.advance:
-        records = {}
+        records, stats = {}, {}
         for name in consumer.topics:  # step 2
             ranges = {p: r for (t, p), r in plan.ranges.items() if t == name}
-            records[name] = read_offsets(lake, topic_snapshot(lake, topic_map[name]), ranges)
+            log = topic_snapshot(lake, topic_map[name])
+            records[name] = read_offsets(lake, log, ranges)
+            stats[name] = range_stats(log, ranges)
         batch = BatchInput(
-            lake, plan.batch, records, snapshots, now=planned_at, state=checkpoint.state
+            lake, plan.batch, records, snapshots, now=planned_at, state=checkpoint.state,
+            stats=stats,
         )
-        if consumer.advance:
-            state = consumer.advance(batch)
-            batch = replace(batch, next_state=state)
-        if pending:
-            produced = consumer.transform(batch)
-            for output in pending:  # step 3
-                _write_output(
-                    lake, snapshots[output.path], output, produced[output.path], txn, plan
-                )
+        try:
+            if consumer.advance:
+                state = consumer.advance(batch)
+                batch = replace(batch, next_state=state)  # the same scratch
+            if pending:
+                produced = consumer.transform(batch)
+                for output in pending:  # step 3
+                    _write_output(
+                        lake, snapshots[output.path], output, produced[output.path], txn, plan
+                    )
+        finally:
+            batch.release()
     checkpoints.save_commit(lake, checkpoint, plan, now=now, state=state)  # step 4
     return BatchResult(
         consumer=consumer.name,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
@@ -158,19 +158,78 @@ def _range_filter(ranges: Mapping[int, tuple[int, int]]) -> Column:
     return reduce(lambda a, b: a | b, conditions)
 
 
+def _range_files(
+    snapshot: Snapshot, ranges: Mapping[int, tuple[int, int]]
+) -> list[DataFile]:
+    """The files of `snapshot` holding records of the (non-empty) `ranges`."""
+    return [
+        f
+        for f in snapshot.files()
+        if (r := ranges.get(int(f.partition_values["partition"])))
+        and f.overlaps("offset", r[0], r[1] - 1)
+    ]
+
+
 def read_offsets(
     lake: Lake, snapshot: Snapshot, ranges: Mapping[int, tuple[int, int]]
 ) -> DataFrame:
     """Records with ``start <= offset < end`` per log partition; only overlapping files are read."""
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
-    files = [
-        f
-        for f in snapshot.files()
-        if (r := wanted.get(int(f.partition_values["partition"])))
-        and f.overlaps("offset", r[0], r[1] - 1)
-    ]
-    df = lake.read(snapshot, files=files)
+    df = lake.read(snapshot, files=_range_files(snapshot, wanted))
     return df.where(_range_filter(wanted)) if wanted else df.limit(0)
+
+
+@dataclass(frozen=True)
+class RangeStats:
+    """Facts about the records of offset ranges, known without reading them: the ranges cover
+    their files whole, so the files' statistics describe exactly those records (lakelog writes
+    footer statistics, timestamps to the microsecond)."""
+
+    records: int
+    #: Least and greatest `event_time`; None when there are no records (or all are null).
+    event_time: tuple[datetime, datetime] | None
+    #: Nulls per column, for the columns whose statistics have them.
+    nulls: Mapping[str, int]
+
+    @staticmethod
+    def combined(stats: Iterable[RangeStats | None]) -> RangeStats | None:
+        """The stats of several topics' ranges together (None if one is not known)."""
+        found = list(stats)
+        if any(s is None for s in found):
+            return None
+        times = [s.event_time for s in found if s.event_time is not None]
+        columns = set.intersection(*(set(s.nulls) for s in found)) if found else set()
+        return RangeStats(
+            records=sum(s.records for s in found),
+            event_time=(min(t[0] for t in times), max(t[1] for t in times)) if times else None,
+            nulls={c: sum(s.nulls[c] for s in found) for c in columns},
+        )
+
+
+def range_stats(snapshot: Snapshot, ranges: Mapping[int, tuple[int, int]]) -> RangeStats | None:
+    """`RangeStats` of `ranges`, or None when a file holds records outside them (a batch cut
+    short by `max_records_per_batch`) or lacks the statistics: then only a read can tell."""
+    wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    files = _range_files(snapshot, wanted)
+    nulls: dict[str, int] = {}
+    lows, highs = [], []
+    for f in files:
+        start, end = wanted[int(f.partition_values["partition"])]
+        if f.min_values.get("offset", -1) < start or f.max_values.get("offset", end) >= end:
+            return None
+        if "event_time" in f.min_values:
+            lows.append(f.min_values["event_time"])
+            highs.append(f.max_values["event_time"])
+        elif f.null_counts.get("event_time") != f.num_records:
+            return None
+        for column, n in f.null_counts.items():
+            nulls[column] = nulls.get(column, 0) + n
+    known = set.intersection(*(set(f.null_counts) for f in files)) if files else set()
+    return RangeStats(
+        records=sum(f.num_records for f in files),
+        event_time=(min(lows), max(highs)) if lows else None,
+        nulls={c: n for c, n in nulls.items() if c in known},
+    )
 
 
 def read_event_time(

@@ -102,6 +102,31 @@ def test_read_by_offset_range_reads_only_overlapping_files(lake, spark):
     assert len(files) == 2 and len(snapshot.files()) == 4
 
 
+def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spark):
+    topic = make_topic(partitions=1)
+    for chunk in range(3):  # offsets 0-9, 10-19, 20-29 in a file each; e5 has no product
+        rows = envelope(spark, topic, range(chunk * 10, chunk * 10 + 10), user="k")
+        rows = rows.withColumn("product_id", F.when(F.col("event_id") != "e5", F.col("product_id")))
+        do_append(lake, topic, rows)
+    snapshot = lake.snapshot(topic.path)
+
+    stats = log.range_stats(snapshot, {0: (0, 20)})
+    assert stats.records == 20
+    assert stats.event_time == (BASE, BASE + timedelta(seconds=19))
+    assert stats.nulls["product_id"] == 1 and stats.nulls["event_time"] == 0
+    second = log.range_stats(snapshot, {0: (10, 30)})
+    assert second.event_time == (BASE + timedelta(seconds=10), BASE + timedelta(seconds=29))
+    assert second.nulls["product_id"] == 0
+    # Offsets 0-14 end inside the second file: its statistics also describe 15-19.
+    assert log.range_stats(snapshot, {0: (0, 15)}) is None
+    assert log.range_stats(snapshot, {0: (5, 20)}) is None
+    assert log.range_stats(snapshot, {0: (30, 30)}).records == 0
+    both = log.RangeStats.combined([stats, second])
+    assert both.records == 40 and both.event_time == (BASE, BASE + timedelta(seconds=29))
+    assert both.nulls["product_id"] == 1
+    assert log.RangeStats.combined([stats, None]) is None
+
+
 def test_read_by_event_time_and_offsets_for_time(lake, spark):
     topic = make_topic(partitions=1)
     do_append(lake, topic, envelope(spark, topic, range(30), user="k"))

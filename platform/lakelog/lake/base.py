@@ -43,6 +43,8 @@ class DataFile:
     min_values: Mapping[str, Any] = field(default_factory=dict)
     max_values: Mapping[str, Any] = field(default_factory=dict)
     modification_time: int = 0
+    #: Nulls per column, where the statistics say (a column missing here: not known).
+    null_counts: Mapping[str, int] = field(default_factory=dict)
 
     def overlaps(self, column: str, low: Any = None, high: Any = None) -> bool:
         """Whether the file may hold values of `column` in ``[low, high]`` (True if unknown)."""

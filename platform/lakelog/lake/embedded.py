@@ -84,7 +84,8 @@ class DeltaSnapshot:
 
 def _data_files(actions: pa.Table) -> list[DataFile]:
     names = actions.column_names
-    groups: dict[str, list[tuple[str, str]]] = {"min": [], "max": [], "partition": []}
+    groups: dict[str, list[tuple[str, str]]] = {
+        "min": [], "max": [], "partition": [], "null_count": []}
     for name in names:
         prefix, _, column = name.partition(".")
         if prefix in groups and column:
@@ -100,6 +101,7 @@ def _data_files(actions: pa.Table) -> list[DataFile]:
                 min_values={c: row[n] for n, c in groups["min"] if row[n] is not None},
                 max_values={c: row[n] for n, c in groups["max"] if row[n] is not None},
                 modification_time=row["modification_time"],
+                null_counts={c: row[n] for n, c in groups["null_count"] if row[n] is not None},
             )
         )
     return files

@@ -17,24 +17,30 @@ Per microbatch (`lakelog.consumers.run_batch` does the plan, the writes and the 
 Emit modes: ``update`` keeps every window in ``streams/<name>`` and revises it each batch.
 ``final`` keeps windows in ``_state/windows/<name>`` until the watermark passes their end and
 only then upserts them into ``streams/<name>``; with ``late="correct"`` the state also keeps the
-final windows, since a correction merges into them (and is published again, with its revision).
+final windows, since a correction merges into them (and is published again, with its revision),
+and so does a sliding aggregate's, whose final rows hold the inputs later events' frames are
+computed from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial, reduce
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Changes, Consumer
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
-from lakelog.watermarks import from_us, watermark_of
+from lakelog.log import RangeStats
+from lakelog.merge import is_small
+from lakelog.watermarks import from_us, to_us, watermark_of
 from lakelog.windows.pruning import files_to_read
-from lakelog.windows.step import Update, apply_batch, scan
+from lakelog.windows.kinds import Sliding
+from lakelog.windows.step import Scanned, Update, apply_batch, known, scan
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
@@ -67,7 +73,10 @@ def prepared(agg: WindowedAggregate, records: Mapping[str, DataFrame]) -> DataFr
 def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     if batch.now is None:
         raise ConfigError(f"windowed aggregate {agg.name}: a batch needs its planned time `now`")
-    if agg.prepare is None:  # the events are the records: scan them once, for both steps
+    stats = RangeStats.combined(batch.stats.values())
+    if stats is not None:  # the log's file statistics know the greatest event time
+        latest_us = None if stats.event_time is None else to_us(stats.event_time[1])
+    elif agg.prepare is None:  # the events are the records: scan them once, for both steps
         scanned = scan(agg, prepared(agg, batch.records), watermark_before=watermark_of(batch.state))
         batch.scratch[SCANNED] = scanned
         latest_us = scanned.latest_us
@@ -80,16 +89,43 @@ def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     return agg.watermark.advance(batch.state, latest, batch.now)
 
 
+def _scanned(agg: WindowedAggregate, batch: BatchInput, *, small: bool) -> Scanned:
+    """The batch's `Scanned`: from the log's statistics when they tell enough, else a pass.
+
+    Statistics describe the records, so they give the events' span only when the events are
+    the records (no `prepare`), or when the span is not needed: a small table is read whole.
+    """
+    before = watermark_of(batch.state)
+    if SCANNED in batch.scratch:
+        return batch.scratch[SCANNED]
+    stats = RangeStats.combined(batch.stats.values())
+    events = prepared(agg, batch.records)
+    if stats is None or not (agg.prepare is None or small):
+        return scan(agg, events, watermark_before=before)
+    span = stats.event_time and (to_us(stats.event_time[0]), to_us(stats.event_time[1]))
+    return known(agg, events, span_us=span, watermark_before=before,
+                 any_invalid=agg.prepare is not None or _may_be_invalid(agg, stats))
+
+
+def _may_be_invalid(agg: WindowedAggregate, stats: RangeStats) -> bool:
+    """Whether a record may have no window: a null time or group-by value (string group-by
+    columns only: a cast to another type could make a value null), or a null event id."""
+    needed = ["event_time", *agg.group_names] + (["event_id"] if isinstance(agg.window, Sliding)
+                                                 else [])
+    if any(f.dataType != T.StringType() for f in agg.group_fields):
+        return True
+    return any(stats.nulls.get(column, 1) for column in needed)
+
+
 def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame | Changes | None]:
     before, after = watermark_of(batch.state), watermark_of(batch.next_state)
-    # The scan normalizes the events, which checks they have the columns the aggregate needs.
-    scanned = batch.scratch.get(SCANNED) or scan(
-        agg, prepared(agg, batch.records), watermark_before=before
-    )
     table = agg.state or agg.windows
     snapshot = batch.outputs[table.path]
     files = snapshot.files()
-    if files:
+    small = is_small(files)
+    # The scan normalizes the events, which checks they have the columns the aggregate needs.
+    scanned = _scanned(agg, batch, small=small)
+    if files and not small:
         files = files_to_read(
             agg,
             files,
@@ -104,7 +140,7 @@ def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame 
     )
     hint = None if scanned.windows is None else scanned.windows + sum(
         f.num_records for f in files)
-    return outputs(agg, update, read=files, rows_hint=hint)
+    return outputs(agg, update, read=files, rows_hint=hint, cached=batch.cached)
 
 
 def outputs(
@@ -113,21 +149,27 @@ def outputs(
     *,
     read: Sequence[DataFile] | None = None,
     rows_hint: int | None = None,
+    cached: Callable[[DataFrame], DataFrame] | None = None,
 ) -> dict[str, DataFrame | Changes | None]:
     """The batch's writes per table, by emit mode and late policy (in commit order).
 
     `read` are the files of the table the batch read its stored windows from (the state in final
     mode): they hold every stored window the batch changes, so its upsert rewrites just those;
     in update mode the rows are their complete new content (`Update.complete`), written in
-    their place without a merge.
+    their place without a merge. `cached` keeps the rows both final-mode outputs are cut from
+    (`BatchInput.cached`); without it they are computed into a local checkpoint first. Final
+    windows leave the state once published, unless a later batch may still need them.
     """
     late = {agg.late_records.path: update.late if update.may_have_late else None}
     if agg.state is None:
         return {**late, agg.windows.path: Changes(
             update.rows, update.deletes, read, rows_hint, replace=update.complete)}
-    rows = update.rows.localCheckpoint(eager=True)  # cut into two outputs; computed once
+    # Cut into two outputs, computed once.
+    rows = update.rows.localCheckpoint(eager=True) if cached is None else cached(update.rows)
     final = rows.where(F.col("is_final"))
-    if agg.late == "correct":
+    # A sliding row keeps its event's inputs, which the frames of later events are computed
+    # from: a final row must stay in the state, as it must for a correction to merge into.
+    if agg.late == "correct" or isinstance(agg.window, Sliding):
         published = Changes(final, update.deletes)
         kept = Changes(rows, update.deletes, read, rows_hint)
     else:

@@ -11,6 +11,8 @@ even when no event touched them.
 needs to choose the stored files to read, and for tumbling and hopping windows the batch's
 partials themselves (kept, so the events are read once) and whether any event is late or has
 no window (so a batch without such events does not read its events again to list them).
+`known` is the same without a pass, from facts the log's file statistics give (a Spark job
+saved: most of a small batch's cost).
 
 `batch_windows` is the same computation over all events at once, with nothing stored and nothing
 late: what a replay of the retained log computes, and what the incremental result must equal.
@@ -56,11 +58,12 @@ class Update:
 class Scanned:
     """A batch's normalized events and what the first pass over them found (see `scan`).
 
-    `span_us` is the least and greatest event time of the events that have a window (None: no
-    such event), `latest_us` the greatest event time of all events (what moves the watermark). `partials` (tumbling and hopping windows) are `fixed.partials` of the events.
-    `any_late` / `any_invalid`: whether an event falls into a window final before the batch / has
-    no window (True when the pass did not find out). `windows`: how many (window, group) rows
-    the partials have (None when not known).
+    `span_us` is the least and greatest event time of the events that have a window, or a
+    range containing them (None: no such event), `latest_us` the greatest event time of all
+    events (what moves the watermark). `partials` (tumbling and hopping windows) are
+    `fixed.partials` of the events (None: not computed yet). `any_late` / `any_invalid`: whether
+    an event may fall into a window final before the batch / have no window (True when not
+    known). `windows`: how many (window, group) rows the partials have (None when not known).
     """
 
     events: DataFrame
@@ -111,6 +114,33 @@ def scan(agg: WindowedAggregate, events: DataFrame, *, watermark_before: datetim
     )
 
 
+def known(
+    agg: WindowedAggregate,
+    events: DataFrame,
+    *,
+    span_us: tuple[int, int] | None,
+    watermark_before: datetime | None,
+    any_invalid: bool,
+) -> Scanned:
+    """A `Scanned` of `events` from facts known without reading them: `span_us` is the least and
+    greatest event time of all the events (None: none has one), `any_invalid` whether one may
+    have no window. Whether one is late follows from the least time."""
+    any_late = True
+    window = agg.window
+    if isinstance(window, (Tumbling, Hopping)) and watermark_before is not None:
+        # The earliest window of the earliest event ends first; if not final, none is.
+        if span_us is None:
+            any_late = False
+        else:
+            first = span_us[0] - span_us[0] % window.hop_us
+            earliest_end = first - (window.windows_per_event - 1) * window.hop_us + window.size_us
+            any_late = earliest_end <= to_us(watermark_before)
+    elif watermark_before is None:
+        any_late = False
+    return Scanned(normalize(agg, events), span_us, None if span_us is None else span_us[1],
+                   any_late=any_late, any_invalid=any_invalid)
+
+
 def apply_batch(
     agg: WindowedAggregate,
     stored: DataFrame,
@@ -143,9 +173,11 @@ def apply_batch(
     elif isinstance(agg.window, Sliding):
         changed, late_rows = sliding.step(agg, working, valid, **options)
     else:
-        assert scanned.partials is not None
+        found = scanned.partials
+        if found is None:
+            found = fixed.partials(agg, normalized)
         changed, late_rows = fixed.step(
-            agg, working, scanned.partials, normalized if scanned.any_late else None, **options,
+            agg, working, found, normalized if scanned.any_late else None, **options,
             complete=complete,
         )
     if late_rows is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from windows_helpers import at, by_key, events, local, public, stored, watermark
@@ -22,7 +23,7 @@ from lakelog.windows import (
     batch_windows,
 )
 from lakelog.watermarks import to_us
-from lakelog.windows.step import scan
+from lakelog.windows.step import known, scan
 from lakelog.windows.tables import window_schema
 
 MINUTE = timedelta(minutes=1)
@@ -88,6 +89,28 @@ def test_the_first_pass_finds_span_lateness_and_records_without_a_window(spark):
     update = apply_batch(agg, spark.createDataFrame([], window_schema(agg)), clean,
                          watermark_before=at(30), watermark_after=at(100), batch=0)
     assert not update.may_have_late and update.late.isEmpty()
+
+
+@pytest.mark.parametrize("window", [MINUTE, (MINUTE, timedelta(seconds=20))])
+def test_facts_known_from_statistics_say_late_whenever_a_pass_finds_late_events(spark, window):
+    """`known` decides lateness from the least event time alone: never "no late event" where
+    the pass (`scan`) finds one, and exactly the pass's answer for a single event."""
+    kind = Tumbling(window) if isinstance(window, timedelta) else Hopping(*window)
+    agg = WindowedAggregate("w", ("t",), kind, (Count("n"),), group_by=("g",))
+    for times, mark in [([50], 59), ([50], 60), ([50], 61), ([40], 120), ([40, 200], 80),
+                        ([119, 130], 120), ([130, 119], 121), ([0], 0)]:
+        rows = [(f"e{i}", t, "a", 1.0, "u") for i, t in enumerate(times)]
+        span = (to_us(at(min(times))), to_us(at(max(times))))
+        found = scan(agg, events(spark, rows), watermark_before=at(mark))
+        facts = known(agg, events(spark, rows), span_us=span, watermark_before=at(mark),
+                      any_invalid=False)
+        assert facts.any_late or not found.any_late, (times, mark)
+        if len(times) == 1:
+            assert facts.any_late == found.any_late, (times, mark)
+        assert facts.latest_us == found.latest_us
+    nothing = known(agg, events(spark, []), span_us=None, watermark_before=at(60),
+                    any_invalid=False)
+    assert (nothing.any_late, nothing.latest_us) == (False, None)
 
 
 def test_hopping_windows_match_sparks_window_function(spark):

@@ -1,0 +1,95 @@
+"""Property: the consumer's microbatches over a real topic equal the one-pass windows.
+
+Unlike `test_windows_properties` (the step on in-memory tables), this runs `consumers.run_batch`
+on a topic appended in random chunks, with a random `max_records_per_batch`: a batch that takes
+whole log files gets its facts (event-time span, watermark, nulls) from the files' statistics,
+one cut short inside a file from a pass over its records, and both must give the same windows.
+With policy ``correct`` nothing is held back, so the table equals `batch_windows` over every
+record; with ``drop`` it equals `batch_windows` over the records not in the late table. The
+bookkeeping columns depend on the split and are left out, but the watermark must be the
+greatest event time less the lateness, and every window it passed final.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from datetime import timedelta
+
+import pytest
+from engine_helpers import record
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+from windows_helpers import public
+
+from lakelog import checkpoints, consumers, ingest
+from lakelog.log import read_offsets, topic_snapshot
+from lakelog.watermarks import Watermark, watermark_of
+from lakelog.windows import (
+    Count, Hopping, Max, Session, Sliding, Sum, Tumbling, WindowedAggregate, batch_windows,
+)
+from lakelog.windows.consumer import prepared
+
+KINDS = {
+    "tumbling": Tumbling(timedelta(seconds=60)),
+    "hopping": Hopping(size=timedelta(seconds=60), hop=timedelta(seconds=20)),
+    "sliding": Sliding(timedelta(seconds=45)),
+    "session": Session(timedelta(seconds=30)),
+}
+
+
+def expensive(records):
+    """A `prepare` that keeps some records: the statistics then describe more than the events."""
+    return records["events"].where(F.col("amount") >= 2)
+
+
+#: Per window kind, an emit mode, whether events are `prepare`d, and a late policy: together
+#: every one of each. (A hopping record may be late for some of its windows only, so dropping
+#: it is not the same as leaving the record out: hopping windows correct.)
+CASES = {
+    "tumbling": ("update", False, "drop"),
+    "hopping": ("final", True, "correct"),
+    "sliding": ("final", True, "drop"),
+    "session": ("update", False, "correct"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_microbatches_from_statistics_or_a_pass_equal_one_batch(spark, lake, topic, now, kind):
+    emit, prepare, policy = CASES[kind]
+    rng = random.Random(kind)
+    records = [record(i, seconds=rng.randint(0, 300)) for i in range(30)]
+    rng.shuffle(records)
+    lateness = timedelta(seconds=20)
+    agg = WindowedAggregate(
+        "prop", (topic.name,), KINDS[kind], (Count("n"), Sum("total", "amount"),
+                                            Max("high", "amount")),
+        group_by=("product_id",), watermark=Watermark(lateness=lateness), late=policy,
+        emit=emit, prepare=expensive if prepare else None,
+    )
+    topics = {topic.name: topic}
+    sent, moment = 0, now
+    while sent < len(records):
+        chunk = rng.randint(1, 10)
+        lines = [json.dumps(r) for r in records[sent:sent + chunk]]
+        ingest.produce(lake, spark, topic, lines, source="test", now=moment)
+        sent += chunk
+        # Some batches take whole files (statistics), some stop inside one (a pass).
+        consumer = dataclasses.replace(agg.consumer, max_records_per_batch=rng.choice([4, 1000]))
+        consumers.run_until_caught_up(lake, consumer, topics, now=lambda: moment)
+        moment += timedelta(seconds=1)
+
+    log = topic_snapshot(lake, topic)
+    every = read_offsets(lake, log, {p: (0, 10**9) for p in range(topic.partitions)})
+    mark = watermark_of(checkpoints.load(lake, agg.consumer.name).state)
+    assert mark == every.agg(F.max("event_time")).first()[0].astimezone() - lateness
+    live = lake.read(lake.snapshot(agg.windows.path))
+    if agg.state is not None:  # final mode: the open windows are still in the state
+        live = live.unionByName(lake.read(lake.snapshot(agg.state.path)).where(~F.col("is_final")))
+    assert live.where((F.col("window_end") <= F.lit(mark)) & ~F.col("is_final")).isEmpty()
+    events = prepared(agg, {topic.name: every})
+    if policy == "drop":
+        late = lake.read(lake.snapshot(agg.late_records.path)).select("event_id")
+        events = events.join(late, "event_id", "left_anti")
+    assertDataFrameEqual(public(live), public(batch_windows(agg, events)))
