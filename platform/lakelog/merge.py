@@ -20,9 +20,9 @@ from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
 from lakelog.lake.base import overlapping
 
 #: A table this small is rewritten whole by an upsert, in one file: a pass over the incoming
-#: rows to find the files their keys fall in is a Spark job of its own (hundreds of
-#: milliseconds), while rewriting a few MB is far cheaper than that.
-SMALL_TABLE_BYTES = 8 * 1024 * 1024
+#: rows to find the files their keys fall in is a Spark job of its own (a few hundred
+#: milliseconds here), about what rewriting a MB of Parquet costs.
+SMALL_TABLE_BYTES = 1024 * 1024
 
 
 def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> list[DataFile]:

@@ -85,6 +85,7 @@ PRODUCT_VIEWS_10M = WindowedAggregate(
     group_by=("product_id",),
     watermark=WATERMARK,
     prepare=product_views,
+    prepare_keeps_time=True,
 )
 
 ORDER_VALUE_ROLLING = WindowedAggregate(
@@ -108,6 +109,7 @@ USER_SESSIONS = WindowedAggregate(
     watermark=WATERMARK,
     emit="final",
     prepare=session_events,
+    prepare_keeps_time=True,
 )
 
 WINDOWS: dict[str, WindowedAggregate] = {

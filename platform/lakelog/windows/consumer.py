@@ -92,18 +92,20 @@ def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
 def _scanned(agg: WindowedAggregate, batch: BatchInput, *, small: bool) -> Scanned:
     """The batch's `Scanned`: from the log's statistics when they tell enough, else a pass.
 
-    Statistics describe the records, so they give the events' span only when the events are
-    the records (no `prepare`), or when the span is not needed: a small table is read whole.
+    Statistics describe the records, so they give the events' span only when the events have
+    the records' times (no `prepare`, or one that keeps them); a small table needs no span, it
+    is read whole (`Scanned.span_known` false).
     """
     before = watermark_of(batch.state)
     if SCANNED in batch.scratch:
         return batch.scratch[SCANNED]
     stats = RangeStats.combined(batch.stats.values())
     events = prepared(agg, batch.records)
-    if stats is None or not (agg.prepare is None or small):
+    same_times = agg.prepare is None or agg.prepare_keeps_time
+    if stats is None or not (same_times or small):
         return scan(agg, events, watermark_before=before)
     span = stats.event_time and (to_us(stats.event_time[0]), to_us(stats.event_time[1]))
-    return known(agg, events, span_us=span, watermark_before=before,
+    return known(agg, events, span_us=span, span_known=same_times, watermark_before=before,
                  any_invalid=agg.prepare is not None or _may_be_invalid(agg, stats))
 
 
@@ -122,10 +124,9 @@ def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame 
     table = agg.state or agg.windows
     snapshot = batch.outputs[table.path]
     files = snapshot.files()
-    small = is_small(files)
     # The scan normalizes the events, which checks they have the columns the aggregate needs.
-    scanned = _scanned(agg, batch, small=small)
-    if files and not small:
+    scanned = _scanned(agg, batch, small=is_small(files))
+    if files and scanned.span_known:
         files = files_to_read(
             agg,
             files,

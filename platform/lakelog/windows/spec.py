@@ -39,7 +39,11 @@ class WindowedAggregate:
     for windows that are already final are late: `late="drop"` keeps them out, `late="correct"`
     applies them as a correction that bumps the window's `revision`; both record them in the
     ``_late`` table. `rows_per_file` clusters the window tables by time so that a microbatch
-    reads and rewrites only the files of the windows it touches.
+    reads and rewrites only the files of the windows it touches: a file is rewritten whole, so
+    smaller files make a microbatch cheaper, and a full scan of the table dearer.
+    `prepare_keeps_time` says that `prepare` only filters, projects or unions records and keeps
+    their `event_time`: the log's file statistics then give the batch's event-time span, which
+    saves a pass over the events (without `prepare`, the events are the records anyway).
     """
 
     name: str
@@ -52,8 +56,9 @@ class WindowedAggregate:
     emit: Emit = "update"
     late: LatePolicy = "drop"
     prepare: Prepare | None = None
+    prepare_keeps_time: bool = False
     max_records_per_batch: int = 250_000
-    rows_per_file: int | None = 250_000
+    rows_per_file: int | None = 50_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME.match(self.name):

@@ -64,6 +64,8 @@ class Scanned:
     `fixed.partials` of the events (None: not computed yet). `any_late` / `any_invalid`: whether
     an event may fall into a window final before the batch / have no window (True when not
     known). `windows`: how many (window, group) rows the partials have (None when not known).
+    `span_known` false: `span_us` is the records', not the events' (a `prepare` may change
+    times), so it cannot choose the stored windows to read; `latest_us` is the records' too.
     """
 
     events: DataFrame
@@ -73,6 +75,7 @@ class Scanned:
     any_late: bool = True
     any_invalid: bool = True
     windows: int | None = None
+    span_known: bool = True
 
 
 def _us(moment: datetime | None) -> int | None:
@@ -121,24 +124,22 @@ def known(
     span_us: tuple[int, int] | None,
     watermark_before: datetime | None,
     any_invalid: bool,
+    span_known: bool = True,
 ) -> Scanned:
     """A `Scanned` of `events` from facts known without reading them: `span_us` is the least and
     greatest event time of all the events (None: none has one), `any_invalid` whether one may
-    have no window. Whether one is late follows from the least time."""
-    any_late = True
+    have no window. Whether one is late follows from the least time. With `span_known` false,
+    `span_us` is only the records' (see `Scanned`): lateness is then not ruled out."""
     window = agg.window
-    if isinstance(window, (Tumbling, Hopping)) and watermark_before is not None:
-        # The earliest window of the earliest event ends first; if not final, none is.
-        if span_us is None:
-            any_late = False
-        else:
-            first = span_us[0] - span_us[0] % window.hop_us
-            earliest_end = first - (window.windows_per_event - 1) * window.hop_us + window.size_us
-            any_late = earliest_end <= to_us(watermark_before)
-    elif watermark_before is None:
-        any_late = False
+    any_late = watermark_before is not None  # nothing is final before the first watermark
+    if any_late and span_known and isinstance(window, (Tumbling, Hopping)):
+        # The earliest window of the earliest event ends first: if it is not final, none is.
+        first = None if span_us is None else span_us[0] - span_us[0] % window.hop_us
+        any_late = first is not None and (
+            first - (window.windows_per_event - 1) * window.hop_us + window.size_us
+            <= to_us(watermark_before))
     return Scanned(normalize(agg, events), span_us, None if span_us is None else span_us[1],
-                   any_late=any_late, any_invalid=any_invalid)
+                   any_late=any_late, any_invalid=any_invalid, span_known=span_known)
 
 
 def apply_batch(

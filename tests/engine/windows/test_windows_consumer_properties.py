@@ -44,14 +44,15 @@ def expensive(records):
     return records["events"].where(F.col("amount") >= 2)
 
 
-#: Per window kind, an emit mode, whether events are `prepare`d, and a late policy: together
-#: every one of each. (A hopping record may be late for some of its windows only, so dropping
-#: it is not the same as leaving the record out: hopping windows correct.)
+#: Per window kind, an emit mode, whether events are `prepare`d (by a `prepare` that says it
+#: keeps the records' times, or not), and a late policy: together every one of each. (A hopping
+#: record may be late for some of its windows only, so dropping it is not the same as leaving
+#: the record out: hopping windows correct.)
 CASES = {
-    "tumbling": ("update", False, "drop"),
-    "hopping": ("final", True, "correct"),
-    "sliding": ("final", True, "drop"),
-    "session": ("update", False, "correct"),
+    "tumbling": ("update", None, "drop"),
+    "hopping": ("final", "keeps time", "correct"),
+    "sliding": ("final", "prepares", "drop"),
+    "session": ("update", None, "correct"),
 }
 
 
@@ -67,6 +68,7 @@ def test_microbatches_from_statistics_or_a_pass_equal_one_batch(spark, lake, top
                                             Max("high", "amount")),
         group_by=("product_id",), watermark=Watermark(lateness=lateness), late=policy,
         emit=emit, prepare=expensive if prepare else None,
+        prepare_keeps_time=prepare == "keeps time", rows_per_file=8,
     )
     topics = {topic.name: topic}
     sent, moment = 0, now
