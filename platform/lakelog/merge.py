@@ -26,10 +26,11 @@ SMALL_TABLE_BYTES = 1024 * 1024
 
 
 def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> list[DataFile]:
-    """Files that may contain a key of `rows` (by min/max statistics of the first key column)."""
+    """Files that may contain a key of `rows` (by min/max statistics of the first key column);
+    all of a small table's (`is_small`), for which a pass over `rows` would cost more."""
     files = snapshot.files()
-    if not files:
-        return []
+    if not files or is_small(files):
+        return files
     first = keys[0]
     bounds = rows.agg(F.min(first).alias("lo"), F.max(first).alias("hi")).first()
     return overlapping(files, first, bounds["lo"], bounds["hi"])

@@ -1,8 +1,8 @@
 """The shopping-cart aggregate: a consumer that folds a cart topic's commands into cart state.
 
-Each microbatch reads the stored state of only the carts its records touch (`merge.read_keys`
-prunes the clustered state files by cart id), folds the batch's commands onto it
-(`lakelog.carts.fold`) and writes, as one exactly-once microbatch (`lakelog.consumers`):
+Each microbatch reads the stored state of only the carts its records touch
+(`merge.candidate_files` prunes the clustered state files by cart id), folds the batch's commands
+onto it (`lakelog.carts.fold`) and writes, as one exactly-once microbatch (`lakelog.consumers`):
 
 - ``streams/<name>_rejections`` — appended: every refused command, with its reason;
 - ``streams/<name>_snapshots`` — appended: a cart's state every `snapshot_every` accepted events;
@@ -28,10 +28,10 @@ from pyspark.sql import functions as F
 
 from lakelog.carts import fold
 from lakelog.carts.tables import ORDER_EVENT, OUTBOX, REJECTION, STATE
-from lakelog.consumers import BatchInput, Consumer, Output
+from lakelog.consumers import BatchInput, Changes, Consumer, Output
 from lakelog.errors import ConcurrentWriteError, ConfigError
 from lakelog.lake import AppTxn, already_committed
-from lakelog.merge import read_keys
+from lakelog.merge import candidate_files
 from lakelog.topics import EventTime, Retention, Topic
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
@@ -97,7 +97,7 @@ class CartAggregate:
             max_records_per_batch=self.max_records_per_batch,
         )
 
-    def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
+    def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:
         stored = batch.outputs[self.state.path]
         if already_committed(stored, AppTxn(self.consumer.app_id, batch.batch)):
             # Only another run can have committed the state while outputs it read were pending.
@@ -106,14 +106,16 @@ class CartAggregate:
                 "first; nothing was written"
             )
         commands = fold.commands(batch.records[self.topic])
-        prior = read_keys(batch.lake, stored, commands, KEY)
-        # Computed once: four outputs are cut from it.
-        folded = fold.fold(
-            commands, prior, topic=self.topic, snapshot_every=self.snapshot_every
-        ).localCheckpoint(eager=True)
+        files = candidate_files(stored, commands, KEY)
+        prior = batch.lake.read(stored, files=files, keys=commands.select(*KEY).distinct())
+        # Computed once, by the first write: four outputs are cut from it.
+        folded = batch.cached(
+            fold.fold(commands, prior, topic=self.topic, snapshot_every=self.snapshot_every)
+        )
         return {
             self.rejections.path: fold.rejections(folded),
             self.snapshots.path: fold.snapshots(folded),
             self.orders.path: fold.orders(folded).withColumn("batch", F.lit(batch.batch)),
-            self.state.path: fold.states(folded),
+            # The files read hold every stored state of the batch's carts.
+            self.state.path: Changes(fold.states(folded), files=files),
         }
