@@ -25,6 +25,7 @@ within one window are few). The result is computed once; the outputs are cut fro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
@@ -85,9 +86,12 @@ def step(
     before: datetime | None,
     after: datetime | None,
     batch: int,
+    cache: Callable[[DataFrame], DataFrame] | None = None,
 ) -> Step:
     """The outputs of one batch: `left`/`right` are its records, `buffer` the state before it,
-    `before`/`after` the watermark before and after it (None: no record seen yet)."""
+    `before`/`after` the watermark before and after it (None: no record seen yet). `cache`
+    keeps the rows the outputs are cut from (`BatchInput.cached`); without it they are computed
+    into a local checkpoint."""
     keys = [_key(k) for k in join.keys]
     side = F.col("_side")
     new = F.col("_new")
@@ -129,7 +133,8 @@ def step(
         .alias("_pairs"),
         F.when(is_left, F.col("_matched") | F.exists("_rights", in_window)).alias("_now"),
     ).drop("_rights")
-    rows = every.localCheckpoint(eager=True)  # computed once: four outputs are cut from it
+    # Computed once: four outputs are cut from it.
+    rows = every.localCheckpoint(eager=True) if cache is None else cache(every)
 
     closed, expired = F.lit(False), F.lit(False)
     if after is not None:
