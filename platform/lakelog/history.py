@@ -21,8 +21,8 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from lakelog.changelog import META, ChangelogTable, change_rows
-from lakelog.consumers import BatchInput, Output
-from lakelog.merge import read_keys
+from lakelog.consumers import BatchInput, Changes, Output
+from lakelog.merge import candidate_files
 
 VALIDITY = (
     T.StructField("valid_from", T.TimestampType()),
@@ -45,10 +45,13 @@ class HistoryTable(ChangelogTable):
         schema = T.StructType([*self.row.fields, *VALIDITY, *META])
         return Output(self.path, schema, keys=self.key, rows_per_file=self.rows_per_file)
 
-    def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
+    def transform(self, batch: BatchInput) -> dict[str, Changes]:
         new = change_rows(batch.records[self.topic.name], self.row, self.key)
-        stored = read_keys(batch.lake, batch.outputs[self.path], new, self.key)
-        return {self.path: versions(stored, new, self.row, self.key)}
+        snapshot = batch.outputs[self.path]
+        files = candidate_files(snapshot, new, self.key)
+        stored = batch.lake.read(snapshot, files=files, keys=new.select(*self.key).distinct())
+        # The files read hold every stored version of the batch's keys: they are rewritten.
+        return {self.path: Changes(versions(stored, new, self.row, self.key), files=files)}
 
 
 def versions(

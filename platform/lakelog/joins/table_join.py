@@ -4,8 +4,9 @@ current row of a captured table, e.g. per customer their orders and their attrib
 Both tables are read as their change streams by one consumer, ``join.<name>``: the fact topic
 (each fact adds to its key's totals) and the table's changelog (``cdc.<table>``: each change
 replaces its key's attributes). A microbatch touches only the keys its records name: it reads
-their stored rows (`lakelog.merge.read_keys`, the output being clustered by key), combines them
-with the batch's facts and changes in one aggregation per key (`combine`), and upserts them —
+their stored rows (`lakelog.merge.candidate_files`, the output being clustered by key),
+combines them with the batch's facts and changes in one aggregation per key (`combine`), and
+upserts them into the files it read —
 so the output always equals a batch join of (all facts with a key, aggregated per key) with
 (the compacted table, tombstones included), full outer:
 
@@ -34,10 +35,10 @@ from pyspark.sql import types as T
 
 from lakelog.changelog import META, change_rows
 from lakelog.compacted import CompactedTable
-from lakelog.consumers import BatchInput, Consumer, Output
+from lakelog.consumers import BatchInput, Changes, Consumer, Output
 from lakelog.errors import ConfigError
 from lakelog.joins.side import check_columns, check_name
-from lakelog.merge import read_keys
+from lakelog.merge import candidate_files
 from lakelog.topics import Topic
 
 MONEY = T.DecimalType(18, 2)
@@ -114,7 +115,7 @@ class TableJoin:
             max_records_per_batch=self.max_records_per_batch,
         )
 
-    def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
+    def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:
         facts = batch.records[self.facts.name].dropDuplicates(["event_id"])
         changes = batch.records[self.table.topic.name]
         fact_key, change_key = self.fact_key(), self.change_key()
@@ -124,14 +125,18 @@ class TableJoin:
         touched = facts_ok.select(*[c.alias(k) for c, k in zip(fact_key, keys)]).unionByName(
             changes_ok.select(*[c.alias(k) for c, k in zip(change_key, keys)])
         )
-        stored = read_keys(batch.lake, batch.outputs[self.output.path], touched, keys)
+        snapshot = batch.outputs[self.output.path]
+        files = candidate_files(snapshot, touched, keys)
+        stored = batch.lake.read(snapshot, files=files, keys=touched.distinct())
         rejected = _rejected(self.facts.name, facts.where(~_complete(fact_key)), batch.batch)
         rejected = rejected.unionByName(
             _rejected(self.table.topic.name, changes.where(~_complete(change_key)), batch.batch)
         )
         return {
             self.rejected.path: rejected,
-            self.output.path: combine(self, stored, facts_ok, changes_ok, batch=batch.batch),
+            # The files read hold every stored row of the touched keys: they are rewritten.
+            self.output.path: Changes(
+                combine(self, stored, facts_ok, changes_ok, batch=batch.batch), files=files),
         }
 
     def fact_key(self) -> list[Column]:
