@@ -3,8 +3,10 @@
 Topics, compacted tables and history tables get blocking checks built from their declarations
 (`lakelog.quality.suites`): when one fails, assets downstream of the table in the same run are
 not materialized. The checks validate the table as of its newest version — what the run that
-materialized it just wrote. Great Expectations is imported inside the check functions: its
-import takes seconds, which loading the code location should not pay.
+materialized it just wrote. A topic's check validates only the rows appended since the version
+its latest execution passed at (`lakelog.quality.scope`), so its cost follows the new records,
+not the log's history. Great Expectations is imported inside the check functions: its import
+takes seconds, which loading the code location should not pay.
 """
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,17 +20,20 @@ from lakelog.assets.naming import output_key, topic_key
 from lakelog.captured import CapturedSource
 from lakelog.compacted import CompactedTable
 from lakelog.history import HistoryTable
+from lakelog.lake import Lake, Snapshot
 from lakelog.quality import names
 from lakelog.quality.outcomes import SuiteOutcome
 from lakelog.resources import LakeResource
 from lakelog.topics import Topic
 
 if TYPE_CHECKING:
+    from lakelog.quality.scope import Scope
     from lakelog.quality.suites import Suite
 
 
 def check_result(outcome: SuiteOutcome, *, asset_key: dg.AssetKey | None = None,
-                 version: int | None = None) -> dg.AssetCheckResult:
+                 version: int | None = None, validated: str | None = None
+                 ) -> dg.AssetCheckResult:
     """A suite's outcome as a Dagster check result, with GX's findings in its metadata."""
     failed = outcome.failures
     metadata = {
@@ -39,6 +44,8 @@ def check_result(outcome: SuiteOutcome, *, asset_key: dg.AssetKey | None = None,
     }
     if version is not None:
         metadata["table_version"] = version
+    if validated is not None:
+        metadata["validated"] = validated
     if failed:
         lines = [f"{f.expectation} {f.arguments}: {f.unexpected_count} unexpected, "
                  f"observed {f.observed_value}, e.g. {list(f.unexpected_sample[:3])}"
@@ -58,17 +65,43 @@ def check_result(outcome: SuiteOutcome, *, asset_key: dg.AssetKey | None = None,
 
 @dataclass(frozen=True)
 class TableCheck:
-    """One blocking suite on one table."""
+    """One blocking suite on one table; a topic's validates what was appended since it passed."""
 
     key: dg.AssetKey
     path: str
     name: str
     description: str
     suite: "Callable[[], Suite]"
+    topic: Topic | None = None
 
     @property
     def check_key(self) -> dg.AssetCheckKey:
         return dg.AssetCheckKey(self.key, self.name)
+
+    def scope(self, lake: Lake, snapshot: Snapshot, instance: dg.DagsterInstance) -> "Scope":
+        from lakelog.quality.scope import Scope, topic_scope
+
+        if self.topic is None:
+            return Scope(lake.read(snapshot), self.suite(), "the whole table")
+        return topic_scope(lake, self.topic, snapshot, passed=passed_version(instance, self))
+
+
+def passed_version(instance: dg.DagsterInstance, check: TableCheck) -> int | None:
+    """The table version the check's latest evaluation validated and passed, if it did.
+
+    Executions without an evaluation are passed over: the one this run planned, and those of
+    runs still under way or ended before the check ran.
+    """
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        check.check_key, limit=20)
+    for record in history:  # newest first
+        evaluation = record.event.asset_check_evaluation if record.event else None
+        if evaluation is None:
+            continue
+        version = evaluation.metadata.get("table_version")
+        passed = evaluation.passed and isinstance(version, dg.IntMetadataValue)
+        return version.value if passed else None
+    return None
 
 
 def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.AssetChecksDefinition:
@@ -101,11 +134,20 @@ def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.As
             try:
                 with engine_errors():
                     snapshot = the_lake.snapshot(check.path)
-                    [outcome] = validate(the_lake.read(snapshot), [check.suite()])
+                    scope = check.scope(the_lake, snapshot, context.instance)
+                    outcome = None if scope.rows is None else validate(scope.rows,
+                                                                      [scope.suite])[0]
             except Exception as exc:  # the step fails once the other checks have run
                 failed = failed or exc
                 continue
-            yield check_result(outcome, asset_key=check.key, version=snapshot.version)
+            if outcome is None:
+                yield dg.AssetCheckResult(
+                    asset_key=check.key, check_name=check.name, passed=True,
+                    description=f"nothing to validate: {scope.description}",
+                    metadata={"table_version": snapshot.version, "validated": scope.description})
+                continue
+            yield check_result(outcome, asset_key=check.key, version=snapshot.version,
+                               validated=scope.description)
         if failed is not None:
             raise failed
 
@@ -121,8 +163,9 @@ def _topic_check(topic: Topic) -> TableCheck:
     return TableCheck(
         topic_key(topic), topic.path, names.TOPIC_CHECK,
         "Blocking: schema, non-null key and event id, offsets unique per log partition"
-        + (" (compacted topic: gaps allowed)." if topic.compaction else " and contiguous."),
-        suite,
+        + (" (compacted topic: gaps allowed)." if topic.compaction
+           else " and contiguous. Validates the records appended since it last passed."),
+        suite, topic,
     )
 
 

@@ -95,3 +95,32 @@ def test_the_topic_checks_run_as_one_step_each_with_its_own_verdict(shop_lake, r
                         "searches": True, "clicks": True}  # the last two: no table yet
     steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
     assert steps == {"ingest", "log_checks"}
+
+
+def test_a_topic_check_validates_what_was_appended_since_it_passed(shop_lake, resources, land):
+    """On one instance, a second execution validates only the new records, and one that
+    failed leaves the next to validate the whole table again."""
+    instance = dg.DagsterInstance.ephemeral()
+    run = [topic_asset(ORDERS), topic_check(ORDERS)]
+
+    def verdict(**kwargs):
+        result = dg.materialize(run, resources=resources, instance=instance, **kwargs)
+        [check] = result.get_asset_check_evaluations()
+        return check, check.metadata["validated"].value
+
+    check, validated = verdict()
+    first = check.metadata["table_version"].value
+    assert check.passed and validated == "the whole table"
+    land("orders", "late.ndjson", [order("o8", "u-000002", [("p1", 1, 5.0)], 30)])
+    check, validated = verdict()
+    assert check.passed and validated == f"rows added since version {first}, which passed"
+    assert check.metadata["expectations"].value > 0
+
+    log = shop_lake.read(shop_lake.snapshot(ORDERS.path))  # a copy of a checked offset
+    shop_lake.write(shop_lake.snapshot(ORDERS.path), log.limit(1))
+    check, validated = verdict(raise_on_error=False)
+    assert not check.passed and validated.startswith("rows added since version")
+    assert check.metadata["failed_expectations"].value == ["unexpected_rows_expectation"]
+    check, validated = verdict(raise_on_error=False)  # after a failure: all of it again
+    assert not check.passed and validated == "the whole table"
+    assert "expect_compound_columns_to_be_unique" in check.metadata["failed_expectations"].value

@@ -73,9 +73,26 @@ SELECT `partition`, previous_offset, `offset` FROM (
 """
 
 
-def topic_suite(topic: Topic) -> Suite:
+#: `CONTIGUOUS_OFFSETS` for rows appended after rows already checked: per log partition, the
+#: first new offset follows the last one checked, and none is at or before it.
+CONTIGUOUS_AFTER = """
+SELECT `partition`, previous_offset, `offset` FROM (
+    SELECT b.`partition`, b.`offset`, c.last_checked, coalesce(
+               lag(b.`offset`) OVER (PARTITION BY b.`partition` ORDER BY b.`offset`),
+               c.last_checked) AS previous_offset
+    FROM {{batch}} b LEFT JOIN (VALUES {checked}) AS c(`partition`, last_checked)
+         ON b.`partition` = c.`partition`
+) WHERE `offset` > previous_offset + 1 OR `offset` <= last_checked
+"""
+
+
+def topic_suite(topic: Topic, *, checked: Mapping[int, int] | None = None) -> Suite:
     """The topic table's schema, non-null key and event id, offsets unique per log partition
-    and, unless the topic is compacted (compaction leaves gaps), contiguous from the log start."""
+    and, unless the topic is compacted (compaction leaves gaps), contiguous from the log start.
+
+    `checked` are, per log partition, the heads of the rows already checked: the suite then
+    validates the rows appended since (offsets unique among them, and contiguous from there).
+    """
     schema = topic.table_schema
     expectations: list[Expectation] = [
         gxe.ExpectTableColumnsToMatchOrderedList(column_list=gx_column_names(schema)),
@@ -86,8 +103,12 @@ def topic_suite(topic: Topic) -> Suite:
         _unique(["partition", "offset"]),
     ]
     if topic.compaction is None:
+        query = CONTIGUOUS_OFFSETS
+        if checked:
+            values = ", ".join(f"({p}, {h - 1})" for p, h in sorted(checked.items()))
+            query = CONTIGUOUS_AFTER.format(checked=values)
         expectations.append(gxe.UnexpectedRowsExpectation(
-            unexpected_rows_query=CONTIGUOUS_OFFSETS,
+            unexpected_rows_query=query,
             description="offsets are contiguous per log partition: no offset is missing "
             "between the log-start offset and the head",
         ))

@@ -1,0 +1,52 @@
+"""How much of a topic a check must validate: the rows appended since a version that passed.
+
+A topic only grows at its heads, so once the suite passed at version V, the rows it still has to
+see are those of the files added since: validating the whole log every run would cost more with
+every hour of history. The rows already checked are summed up by their heads at V, which the
+suite's contiguity rule continues from (`topic_suite(checked=...)`): the first new offset of
+each log partition must follow the last one checked. Anything else — no version that passed,
+one the log no longer has, a schema changed since, a compacted topic (compaction rewrites old
+offsets into new files) — is validated whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+
+from lakelog.lake import Lake, Snapshot
+from lakelog.log import partition_states
+from lakelog.quality.suites import Suite, topic_suite
+from lakelog.topics import Topic
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The rows to validate (None: none were added since the version that passed), the suite,
+    and what they are, for the check's description."""
+
+    rows: DataFrame | None
+    suite: Suite
+    description: str
+
+
+def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | None) -> Scope:
+    """What of `topic` at `snapshot` to validate, given the last version that passed."""
+    whole = Scope(lake.read(snapshot), topic_suite(topic), "the whole table")
+    if passed is None or passed > snapshot.version or topic.compaction is not None:
+        return whole
+    try:
+        before = lake.snapshot(snapshot.path, passed)
+    except Exception:  # noqa: BLE001 - a version the log no longer has: validate it all
+        return whole
+    if before.table_id != snapshot.table_id or before.schema != snapshot.schema:
+        return whole
+    known = {f.path for f in before.files()}
+    added = [f for f in snapshot.files() if f.path not in known]
+    heads = {p: s.head for p, s in partition_states(before, topic.partitions).items()}
+    suite = topic_suite(topic, checked=heads)
+    since = f"rows added since version {passed}, which passed"
+    if not added:
+        return Scope(None, suite, f"no {since}")
+    return Scope(lake.read(snapshot, files=added), suite, since)
