@@ -17,12 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
-from lakelog.lake.base import overlapping
-
-#: A table this small is rewritten whole by an upsert, in one file: a pass over the incoming
-#: rows to find the files their keys fall in is a Spark job of its own (a few hundred
-#: milliseconds here), about what rewriting a MB of Parquet costs.
-SMALL_TABLE_BYTES = 1024 * 1024
+from lakelog.lake.base import is_small, overlapping
 
 
 def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> list[DataFile]:
@@ -53,10 +48,6 @@ def clustered(df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int)
     spread = df.coalesce(1) if files == 1 else df.repartitionByRange(files, *keys)
     return spread.sortWithinPartitions(*keys)
 
-
-def is_small(files: Sequence[DataFile]) -> bool:
-    """Whether a table of `files` is small enough to be rewritten whole by an upsert."""
-    return sum(f.size for f in files) <= SMALL_TABLE_BYTES
 
 
 def upsert(

@@ -62,6 +62,17 @@ def overlapping(files: Sequence[DataFile], column: str, low: Any, high: Any) -> 
     return [f for f in files if f.overlaps(column, low, high)]
 
 
+#: A table this small is read (and rewritten) whole rather than pruned by a pass over the rows
+#: that touch it: the pass is a Spark job of its own (a few hundred milliseconds here), about
+#: what rewriting a MB of Parquet costs.
+SMALL_TABLE_BYTES = 1024 * 1024
+
+
+def is_small(files: Sequence[DataFile]) -> bool:
+    """Whether a table of `files` is small enough to read whole instead of pruning it."""
+    return sum(f.size for f in files) <= SMALL_TABLE_BYTES
+
+
 def _comparable(value: Any) -> Any:
     """Datetimes as aware UTC; a naive one is local time, as PySpark returns timestamps."""
     if isinstance(value, datetime):

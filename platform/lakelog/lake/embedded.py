@@ -34,7 +34,7 @@ from lakelog.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, overlapping
+from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
 from lakelog.lake.changes import commit_timestamp, net_changes, read_changes
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch, spark_schema, widen
@@ -415,13 +415,15 @@ class EmbeddedLake:
         merge = merge_keys(after.properties) or (before and merge_keys(before.properties))
         if not merge:
             return rows
-        # Only files that can hold a touched key are read: those overlapping their range.
+        # Only files that can hold a touched key are read: those overlapping their range (a
+        # small table's all, which costs less than a pass to find the range).
         touched = rows.select(*merge.keys).distinct()
         first = merge.keys[0]
-        lo, hi = touched.agg(F.min(first), F.max(first)).first()
+        small = is_small(after.files()) and (before is None or is_small(before.files()))
+        lo, hi = (None, None) if small else touched.agg(F.min(first), F.max(first)).first()
 
         def holding(snapshot: DeltaSnapshot) -> list[DataFile]:
-            return overlapping(snapshot.files(), first, lo, hi)
+            return snapshot.files() if small else overlapping(snapshot.files(), first, lo, hi)
 
         if before is not None:
             self._require_files(before, holding(before),

@@ -35,8 +35,8 @@ from pyspark.sql import types as T
 from lakelog.consumers import BatchInput, Changes, Consumer
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
+from lakelog.lake.base import is_small
 from lakelog.log import RangeStats
-from lakelog.merge import is_small
 from lakelog.watermarks import from_us, to_us, watermark_of
 from lakelog.windows.pruning import files_to_read
 from lakelog.windows.kinds import Sliding
