@@ -1,9 +1,13 @@
-"""The code location: the demo shop's topics, consumers and captured database as assets,
-checks, the pipeline job and its sensor, and a schedule."""
+"""A declared pipeline as a Dagster code location; `defs` is the demo shop's.
+
+`build_definitions(pipeline)` is what a user's own ``definitions.py`` calls (see `lakelog init`):
+the same `lakelog.pipeline.Pipeline` object the CLI reads, so the two cannot disagree.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -13,56 +17,35 @@ from lakelog.assets.cdc import capture_asset, reconciliation_check
 from lakelog.assets.consumers import consumer_asset, consumer_job
 from lakelog.assets.maintenance import maintenance_job
 from lakelog.assets.naming import capture_key, op_name
-from lakelog.assets.pipeline import FRESHNESS, Pipeline, fresh, gates_of
+from lakelog.assets.pipeline import FRESHNESS, LiveGraph, fresh, gates_of
 from lakelog.assets.quality import quality_checks
 from lakelog.assets.replay import replay_asset
-from lakelog.assets.views import default_models_dir, lakelog_tables, model_assets
 from lakelog.assets.topics import topic_assets
-from lakelog.captured import CapturedSource
-from lakelog.carts import CartAggregate
-from lakelog.consumers import Consumer
-from lakelog.demo.shop import CARTS, CONSUMERS, TOPICS
-from lakelog.demo.shop_cdc import SHOP
-from lakelog.demo.shop_joins import JOINS
-from lakelog.demo.shop_windows import WINDOWS
+from lakelog.assets.views import lakelog_tables, model_assets
+from lakelog.demo.pipeline import pipeline as shop
+from lakelog.pipeline import Pipeline
 from lakelog.resources import build_resources
 from lakelog.sensors import maintenance_schedule, pipeline_sensor
-from lakelog.topics import Topic
-from lakelog.views import load_models
-from lakelog.windows import WindowedAggregate
 
 
-def build_definitions(
-    topics: Mapping[str, Topic],
-    consumers: Mapping[str, Consumer],
+@dataclass(frozen=True)
+class Location:
+    """A pipeline's code location, and the live graph its pipeline job and sensor run."""
+
+    defs: dg.Definitions
+    live: LiveGraph
+
+
+def build_location(
+    pipeline: Pipeline,
     *,
-    sources: Sequence[CapturedSource] = (),
-    aggregates: Sequence[CartAggregate] = (),
-    windows: Sequence[WindowedAggregate] = (),
-    views_dir: str | None = None,
     resources: Mapping[str, Any] | None = None,
     pipeline_interval_seconds: int = 10,
-) -> dg.Definitions:
-    """Everything Dagster needs for a declared pipeline; `resources` default to the local ones.
-
-    Each captured source adds its capture asset, its changelog topics, the consumers of its
-    compacted and history tables, and a reconciliation check per compacted table. Each cart
-    aggregate (whose consumer is among `consumers`) adds its orders relay and replay check.
-    Each windowed aggregate adds its consumer and its hourly replay asset (the unit of backfill).
-    `views_dir` (a `dbt_like_views/` folder) adds one asset per SQL model; every topic, compacted
-    and history table gets its blocking data-quality checks, which also gate its consumers
-    across runs. Everything but the replays is kept live by the `pipeline` job and its sensor,
-    ticking every `pipeline_interval_seconds`; derived assets get the `FRESHNESS` policy. The
-    `microbatch_<consumer>` and `capture_<source>` jobs are for running one by hand.
-    """
-    declared = dict(topics)
-    topics = {**topics, **{n: t for s in sources for n, t in s.changelogs.items()}}
-    consumers = {
-        **consumers,
-        **{n: c for s in sources for n, c in s.consumers.items()},
-        **{w.consumer.name: w.consumer for w in windows},
-    }
-    checks = quality_checks(declared, sources)
+) -> Location:
+    """`build_definitions`, with the live graph the runner (`lakelog.assets.runner`) needs."""
+    topics, consumers = pipeline.all_topics, pipeline.all_consumers
+    sources, aggregates = pipeline.sources, pipeline.aggregates
+    checks = quality_checks({t.name: t for t in pipeline.topics}, sources)
     gates = gates_of(consumers, checks)
     consumer_assets = {
         name: fresh(consumer_asset(c, topics, gates=gates[name]), FRESHNESS)
@@ -75,21 +58,21 @@ def build_definitions(
         for name in captures
     }
     landed_by = {t: [capture_key(s.server_name)] for s in sources for t in s.changelogs}
-    compacted = [t for s in sources for t in s.compacted.values()]
     tables = lakelog_tables(topics, consumers)
-    models = load_models(views_dir, tables.keys()) if views_dir else None
-    live = (
+    models = pipeline.model_graph
+    live_assets = (
         *captures.values(),
-        topic_assets(list(topics.values()), landed_by),
+        topic_assets(list(pipeline.landed_topics.values()), landed_by),
         *consumer_assets.values(),
         *(fresh(orders_relay_asset(a), FRESHNESS) for a in aggregates),
         *(fresh(m, FRESHNESS) for m in (model_assets(models, tables) if models else ())),
     )
-    pipeline = Pipeline(live, topics, consumers, gates, tuple(sources), tuple(aggregates), models)
-    pipeline_job = pipeline.job()
-    maintenance = maintenance_job(topics, consumers, compacted)
-    return dg.Definitions(
-        assets=[*live, *(replay_asset(w, topics) for w in windows)],
+    live = LiveGraph(live_assets, pipeline.landed_topics, consumers, gates, sources, aggregates,
+                     models)
+    pipeline_job = live.job()
+    maintenance = maintenance_job(topics, consumers, pipeline.compacted_tables)
+    defs = dg.Definitions(
+        assets=[*live_assets, *(replay_asset(w, topics) for w in pipeline.windows)],
         asset_checks=[
             *checks,
             *(replay_check(a, topics) for a in aggregates),
@@ -98,25 +81,34 @@ def build_definitions(
               for s in sources for table in s.tables),
         ],
         jobs=[pipeline_job, *jobs.values(), *capture_jobs.values(), maintenance],
-        sensors=[pipeline_sensor(pipeline, pipeline_job,
+        sensors=[pipeline_sensor(live, pipeline_job,
                                  minimum_interval_seconds=pipeline_interval_seconds)],
         schedules=[maintenance_schedule(maintenance)],
         resources=dict(resources) if resources is not None else build_resources("local"),
     )
+    return Location(defs, live)
 
 
-def shop_definitions(resources: Mapping[str, Any] | None = None) -> dg.Definitions:
-    """The demo shop: its topics, consumers and joins, captured database, carts, windows and
-    SQL models."""
-    return build_definitions(
-        TOPICS,
-        {**CONSUMERS, **{j.consumer.name: j.consumer for j in JOINS.values()}},
-        sources=[SHOP],
-        aggregates=[CARTS],
-        windows=list(WINDOWS.values()),
-        views_dir=str(default_models_dir()),
-        resources=resources,
-    )
+def build_definitions(
+    pipeline: Pipeline,
+    *,
+    resources: Mapping[str, Any] | None = None,
+    pipeline_interval_seconds: int = 10,
+) -> dg.Definitions:
+    """Everything Dagster needs for `pipeline`; `resources` default to the local ones.
+
+    Each captured source adds its capture asset, its changelog topics, the consumers of its
+    compacted and history tables, and a reconciliation check per compacted table. Each cart
+    aggregate adds its consumer, its orders relay and its replay check. Each windowed aggregate
+    adds its consumer and its hourly replay asset (the unit of backfill); each join its
+    consumer. The SQL models folder adds one asset per model; every topic, compacted and
+    history table gets its blocking data-quality checks, which also gate its consumers across
+    runs. Everything but the replays is kept live by the `pipeline` job and its sensor, ticking
+    every `pipeline_interval_seconds`; derived assets get the `FRESHNESS` policy. The
+    `microbatch_<consumer>` and `capture_<source>` jobs are for running one by hand.
+    """
+    return build_location(pipeline, resources=resources,
+                          pipeline_interval_seconds=pipeline_interval_seconds).defs
 
 
-defs = shop_definitions()
+defs = build_definitions(shop)

@@ -52,9 +52,9 @@ def fresh(asset: dg.AssetsDefinition, policy: dg.FreshnessPolicy) -> dg.AssetsDe
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    """What the pipeline job keeps live, as its sensor needs it: the assets, and the
-    declarations behind them that say from metadata alone which have new input."""
+class LiveGraph:
+    """What the pipeline job keeps live, as its sensor and the runner need it: the assets, and
+    the declarations behind them that say from metadata alone which have new input."""
 
     assets: tuple[dg.AssetsDefinition, ...]
     #: Topics ingested from the landing zone (declared topics and changelogs), by name.
@@ -74,10 +74,13 @@ class Pipeline:
     def partitioned(self) -> frozenset[dg.AssetKey]:
         return frozenset(k for a in self.assets if a.partitions_def is not None for k in a.keys)
 
-    def job(self) -> "UnresolvedAssetJobDefinition":
+    def job(self, *, checks: bool = True) -> "UnresolvedAssetJobDefinition":
+        """The pipeline job; without `checks`, a variant that runs no asset checks (the demo's
+        runs between its batches, `lakelog.assets.runner`)."""
+        selection = dg.AssetSelection.assets(*self.keys)
         return dg.define_asset_job(
             PIPELINE,
-            selection=dg.AssetSelection.assets(*self.keys),
+            selection=selection if checks else selection.without_checks(),
             executor_def=dg.in_process_executor,
             description="Every live asset in dependency order, in one process and one Spark "
             "session: the pipeline sensor requests the assets with new input and everything "
