@@ -177,6 +177,22 @@ class Pipeline:
             )
         return self.all_consumers[name]
 
+    def replay_hazards(self, name: str) -> tuple[str, ...]:
+        """Why records replayed into consumer `name` (its offsets moved back) would be counted
+        twice, one reason each; empty when a replay is harmless: its outputs are plain appends
+        (the records are appended again, as a Kafka consumer reset delivers them again), or it
+        keeps a captured source's tables, whose upserts order and de-duplicate the changes by
+        changelog position, so a replayed change is never applied twice."""
+        consumer = self.consumer(name)
+        if any(name in s.consumers for s in self.sources):
+            return ()
+        found = [f"{o.path} is keyed by {', '.join(o.keys)}: replayed records would change "
+                 "its rows again" for o in consumer.outputs if o.keys]
+        if consumer.advance is not None:
+            found.append("its checkpoint state (e.g. a watermark) has already moved past the "
+                         "replayed records")
+        return tuple(found)
+
     def rebuild_hazards(self, name: str) -> tuple[str, ...]:
         """Why rebuilding consumer `name` from the log would still count something twice: what
         it decided and a relay already published elsewhere would be decided and published again."""
