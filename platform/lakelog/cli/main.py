@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from lakelog import consumers, ingest
 from lakelog.cli.common import emit, lake, now, timestamp
+from lakelog.cli.init import add_init_command
 from lakelog.cli.pipelines import VARIABLE, resolve
 from lakelog.cli.runs import cmd_demo, cmd_offsets_reset, cmd_run
 from lakelog.cli.spark import add_spark_commands
@@ -189,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="lakelog", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     add_spark_commands(sub, emit, _Parser)
+    add_init_command(sub, emit)
 
     demo = sub.add_parser("demo", parents=[common], help="run the web-shop demo end to end")
     demo.add_argument("--events", type=int, default=100_000)
