@@ -74,13 +74,10 @@ class LiveGraph:
     def partitioned(self) -> frozenset[dg.AssetKey]:
         return frozenset(k for a in self.assets if a.partitions_def is not None for k in a.keys)
 
-    def job(self, *, checks: bool = True) -> "UnresolvedAssetJobDefinition":
-        """The pipeline job; without `checks`, a variant that runs no asset checks (the demo's
-        runs between its batches, `lakelog.assets.runner`)."""
-        selection = dg.AssetSelection.assets(*self.keys)
+    def job(self) -> "UnresolvedAssetJobDefinition":
         return dg.define_asset_job(
             PIPELINE,
-            selection=selection if checks else selection.without_checks(),
+            selection=dg.AssetSelection.assets(*self.keys),
             executor_def=dg.in_process_executor,
             description="Every live asset in dependency order, in one process and one Spark "
             "session: the pipeline sensor requests the assets with new input and everything "
