@@ -29,7 +29,7 @@ from typing import Any
 
 import dagster as dg
 
-from lakelog.assets.definitions import build_location
+from lakelog.assets.location import build_location
 from lakelog.assets.gates import verdicts
 from lakelog.assets.naming import capture_key, output_key
 from lakelog.assets.pipeline import PIPELINE

@@ -4,7 +4,7 @@
         dagster dev -f deploy/spark_connect.py
 """
 
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.demo.pipeline import pipeline
 from lakelog.resources import build_resources
 

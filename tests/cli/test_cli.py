@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable
 from processes import subprocess_env
 
-from lakelog.assets.definitions import build_location
+from lakelog.assets.location import build_location
 from lakelog.demo import shop, shop_cdc
 from lakelog.demo.pipeline import pipeline as shop_pipeline
 

@@ -9,7 +9,7 @@ import os
 import signal
 from pathlib import Path
 
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.consumers import BatchInput
 from lakelog.demo.shop import CONSUMERS, TOPICS, product_stats_transform
 from lakelog.pipeline import Pipeline

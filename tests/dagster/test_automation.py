@@ -10,7 +10,7 @@ import pytest
 from shop_records import SHOP_RECORDS, order, page_view
 
 from lakelog import landing
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.assets.partitions import HOURLY
 from lakelog.consumers import lag, run_until_caught_up
 from lakelog.demo.pipeline import pipeline as shop

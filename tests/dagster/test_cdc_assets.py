@@ -10,7 +10,7 @@ import sqlite3
 import dagster as dg
 import pytest
 
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.pipeline import Pipeline
 from lakelog.cdc.sources import sqlite_path
 from lakelog.demo import oltp

@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 from shop_records import SHOP_RECORDS
 
 from lakelog.assets import gates
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.consumers import lag
 from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.pipeline import Pipeline

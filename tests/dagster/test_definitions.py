@@ -9,7 +9,8 @@ import dagster as dg
 import yaml
 from pyspark.sql import types as T
 
-from lakelog.assets.definitions import build_definitions, defs
+from lakelog.assets.definitions import defs
+from lakelog.assets.location import build_definitions
 from lakelog.assets.naming import CONSUMER_TAG
 from lakelog.consumers import Consumer, Output
 from lakelog.demo.shop import TOPICS

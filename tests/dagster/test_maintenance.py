@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 from pyspark.sql import functions as F
 
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.assets.maintenance import maintenance_job
 from lakelog.consumers import run_until_caught_up
 from lakelog.demo import shop_cdc

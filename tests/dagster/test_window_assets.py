@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakelog.assets.consumers import consumer_asset
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.assets.replay import replay_asset
 from lakelog.assets.naming import output_key
 from lakelog.demo.shop import TOPICS

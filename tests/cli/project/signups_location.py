@@ -2,6 +2,6 @@
 
 from signups import pipeline
 
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 
 defs = build_definitions(pipeline)
