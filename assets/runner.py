@@ -34,7 +34,6 @@ from lakelog.assets.gates import verdicts
 from lakelog.assets.naming import capture_key, output_key
 from lakelog.assets.pipeline import PIPELINE
 from lakelog.consumers import Consumer
-from lakelog.errors import ConfigError
 from lakelog.lake import Lake
 from lakelog.pipeline import Pipeline
 
@@ -135,15 +134,6 @@ class Runner:
         return set() if graph is None else {dg.AssetKey(m.path.split("/"))
                                             for m in graph.models.values()}
 
-    def keys_of(self, paths: Iterable[str]) -> set[dg.AssetKey]:
-        """The live assets of table paths (``log/orders``) or asset keys written the same way."""
-        keys = {dg.AssetKey(p.split("/")) for p in paths}
-        unknown = sorted(k.to_user_string() for k in keys - self.live.keys)
-        if unknown:
-            raise ConfigError(f"not live assets of pipeline {self.pipeline.name}: "
-                              f"{', '.join(unknown)}")
-        return keys
-
     def catch_up(
         self,
         *,
@@ -154,18 +144,19 @@ class Runner:
     ) -> RunReport:
         """One run over `only` (default: every live asset) minus `leave_out` and everything
         downstream of it, without the models whose inputs exist nowhere yet; `checks=False`
-        runs no asset checks. As the pipeline sensor does, a consumer's blocking check that a
-        run ended before evaluating is run again (its table is selected too), so it does not
-        keep the consumer waiting."""
+        runs no check steps. As the pipeline sensor does, a consumer's blocking check that a
+        run ended before evaluating is run again (its table is selected too, with its checks
+        even without `checks`), so it does not keep the consumer waiting."""
         started = time.perf_counter()
+        self._fail_abandoned_runs()
         chosen = set(self.live.keys if only is None else only)
-        if checks:
-            chosen |= self._rechecks(chosen)
+        rechecks = self._rechecks(chosen)
+        chosen |= rechecks
         if leave_out:
             chosen -= self.live.closure(leave_out)
         selected, left_out = self.live.runnable(chosen, self._lake.exists)
-        self._fail_abandoned_runs()
-        job = self._defs.resolve_job_def(PIPELINE) if checks else self._job_without_checks()
+        checked = checks or bool(rechecks & selected)
+        job = self._defs.resolve_job_def(PIPELINE) if checked else self._job_without_checks()
         result = job.execute_in_process(
             instance=self.instance,
             asset_selection=sorted(selected, key=lambda k: k.to_user_string()),
@@ -187,7 +178,8 @@ class Runner:
             failures=tuple(_failure(e) for e in result.all_events if e.is_step_failure),
             blocked={e.asset_key.to_user_string(): str(_plain(meta)["blocked_because"])
                      for e in result.get_asset_observation_events()
-                     if "blocked_because" in (meta := e.asset_observation.metadata)},
+                     if "blocked_because" in (
+                         meta := e.asset_observation_data.asset_observation.metadata)},
             left_out=tuple(left_out),
             seconds=time.perf_counter() - started,
         )
