@@ -121,6 +121,8 @@ def consumer_asset(
         context.log.info(f"consumer {consumer.name}: {len(batches)} microbatches")
         metadata = {
             "batches": len(batches),
+            # An idle tick is an empty batch that only moves a watermark on with the clock.
+            "idle_ticks": sum(1 for b in batches if b.records == 0),
             "records": sum(b.records for b in batches),
             "batch_ids": [b.batch for b in batches],
             "resumed": any(b.resumed for b in batches),

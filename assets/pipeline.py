@@ -52,9 +52,9 @@ def fresh(asset: dg.AssetsDefinition, policy: dg.FreshnessPolicy) -> dg.AssetsDe
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    """What the pipeline job keeps live, as its sensor needs it: the assets, and the
-    declarations behind them that say from metadata alone which have new input."""
+class LiveGraph:
+    """What the pipeline job keeps live, as its sensor and the runner need it: the assets, and
+    the declarations behind them that say from metadata alone which have new input."""
 
     assets: tuple[dg.AssetsDefinition, ...]
     #: Topics ingested from the landing zone (declared topics and changelogs), by name.

@@ -6,7 +6,6 @@ A model's warning checks (value ranges, row-count change, unique key) run on the
 just wrote, inside the asset, and never stop downstream models.
 """
 
-import os
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,20 +24,11 @@ from lakelog.resources import LakeResource, SparkResource
 from lakelog.topics import Topic
 from lakelog.views import Model, ModelGraph, ModelRun, load_models, model_rows, run_model
 
-#: Overrides where the models are, e.g. when lakelog is installed rather than checked out.
-VIEWS_DIR_VARIABLE = "LAKELOG_VIEWS_DIR"
-
-
 class ViewConfig(dg.Config):
     full_refresh: bool = Field(
         default=False,
         description="Rebuild the model from scratch instead of merging its inputs' changes.",
     )
-
-
-def default_models_dir() -> Path:
-    """$LAKELOG_VIEWS_DIR, else ``dbt_like_views/`` of the repository this file is in."""
-    return Path(os.environ.get(VIEWS_DIR_VARIABLE) or Path(__file__).parents[1] / "dbt_like_views")
 
 
 def lakelog_tables(

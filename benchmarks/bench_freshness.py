@@ -43,27 +43,22 @@ import yaml
 from deltalake import DeltaTable
 
 from lakelog import checkpoints, landing
-from lakelog.assets.views import default_models_dir, lakelog_tables
 from lakelog.carts import decided_through, published_through
 from lakelog.cdc import state as cdc_state
 from lakelog.consumers import lag
 from lakelog.demo import shop_cdc
-from lakelog.demo.shop import CARTS, CONSUMERS, TOPICS
-from lakelog.demo.shop_joins import JOINS
-from lakelog.demo.shop_windows import WINDOWS
+from lakelog.demo.pipeline import pipeline as shop_pipeline
+from lakelog.demo.shop import CARTS, TOPICS
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
 from lakelog.sensors.pipeline import ACTIVE
-from lakelog.views import load_models, why_stale
+from lakelog.views import why_stale
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-EVERY_TOPIC = {**TOPICS, **shop_cdc.CHANGELOGS}
-EVERY_CONSUMER = {
-    **CONSUMERS, **shop_cdc.CONSUMERS, **{j.consumer.name: j.consumer for j in JOINS.values()},
-    **{w.consumer.name: w.consumer for w in WINDOWS.values()},
-}
-GRAPH = load_models(default_models_dir(), lakelog_tables(EVERY_TOPIC, EVERY_CONSUMER))
+EVERY_TOPIC = shop_pipeline.landed_topics
+EVERY_CONSUMER = shop_pipeline.all_consumers
+GRAPH = shop_pipeline.model_graph
 #: Why a table may legitimately hold no rows, by the end of its path.
 EMPTY_REASONS = {
     "_late": "only records arriving after their window closed land here",

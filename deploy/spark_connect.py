@@ -4,8 +4,8 @@
         dagster dev -f deploy/spark_connect.py
 """
 
-from lakelog.assets.definitions import build_definitions
-from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.assets.location import build_definitions
+from lakelog.demo.pipeline import pipeline
 from lakelog.resources import build_resources
 
-defs = build_definitions(TOPICS, CONSUMERS, resources=build_resources("spark_connect"))
+defs = build_definitions(pipeline, resources=build_resources("spark_connect"))

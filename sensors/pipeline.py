@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from lakelog.assets.pipeline import PIPELINE, Pipeline
+from lakelog.assets.pipeline import PIPELINE, LiveGraph
 from lakelog.resources import LakeResource, SourceResource
 from lakelog.sensors.cursors import digest
 from lakelog.sensors.observations import lag_values, observations
@@ -43,9 +43,9 @@ def _active_run(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
 
 
 def pipeline_sensor(
-    pipeline: Pipeline, job: "UnresolvedAssetJobDefinition", *, minimum_interval_seconds: int = 10
+    live: LiveGraph, job: "UnresolvedAssetJobDefinition", *, minimum_interval_seconds: int = 10
 ) -> dg.SensorDefinition:
-    """The sensor of `job` (`pipeline.job()`); it starts running with the code location.
+    """The sensor of `job` (`live.job()`); it starts running with the code location.
 
     A tick every `minimum_interval_seconds` (default 10) keeps a landed file's way into every
     derived table within the one-minute freshness target. Its cursor is
@@ -58,10 +58,10 @@ def pipeline_sensor(
         now = datetime.now(timezone.utc)
         last: dict[str, Any] = json.loads(context.cursor or "{}")
         the_lake = lake.open()
-        found = find_roots(pipeline, the_lake, context.instance, source,
+        found = find_roots(live, the_lake, context.instance, source,
                            root=lake.resolved_root(), now=now)
         values = {name: lag_values(b, state, now) for name, (b, state) in found.backlogs.items()}
-        events = observations(pipeline.consumers, values, last.get("observed", {}))
+        events = observations(live.consumers, values, last.get("observed", {}))
         cursor = {"requested": last.get("requested"), "observed": values}
 
         def skip(reason: str) -> dg.SensorResult:
@@ -78,7 +78,7 @@ def pipeline_sensor(
         run_key = digest(found.work)
         if run_key == cursor["requested"]:
             return skip(f"this work was requested already (run key {run_key}){notes}")
-        selected, left_out = pipeline.runnable(pipeline.closure(found.roots), the_lake.exists)
+        selected, left_out = live.runnable(live.closure(found.roots), the_lake.exists)
         found.notes.extend(left_out)
         context.log.info(f"new input: {', '.join(sorted(found.work))}; "
                          f"{len(selected)} assets{''.join(f'; {n}' for n in found.notes)}")
@@ -87,7 +87,7 @@ def pipeline_sensor(
             run_requests=[dg.RunRequest(
                 run_key=run_key,
                 asset_selection=sorted(selected, key=lambda k: k.to_user_string()),
-                partition_key=pipeline.partition_key(selected, now),
+                partition_key=live.partition_key(selected, now),
             )],
             asset_events=events,
             cursor=json.dumps(cursor, sort_keys=True),
@@ -102,7 +102,7 @@ def pipeline_sensor(
         "source changes, log offsets, decided orders, changed model inputs — and everything "
         "downstream of them; reports consumer lag as observations.",
     )
-    if pipeline.sources:  # a capture peeks at its source: the sensor needs the source resource
+    if live.sources:  # a capture peeks at its source: the sensor needs the source resource
         @sensor
         def _with_source(
             context: dg.SensorEvaluationContext, lake: LakeResource, source: SourceResource

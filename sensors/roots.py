@@ -21,7 +21,7 @@ import dagster as dg
 from lakelog import checkpoints, landing
 from lakelog.assets.gates import describe, verdicts
 from lakelog.assets.naming import capture_key, output_key, topic_key
-from lakelog.assets.pipeline import Pipeline
+from lakelog.assets.pipeline import LiveGraph
 from lakelog.backlog import Backlog, backlog
 from lakelog.carts import decided_through, published_through
 from lakelog.cdc.lag import capture_lag
@@ -47,9 +47,9 @@ class Found:
 
 
 def _captures(
-    found: Found, pipeline: Pipeline, source: SourceResource | None, root: str, now: datetime
+    found: Found, live: LiveGraph, source: SourceResource | None, root: str, now: datetime
 ) -> None:
-    for captured in pipeline.sources:
+    for captured in live.sources:
         if source is None:
             found.notes.append(f"capture of {captured.server_name}: no source resource")
             continue
@@ -64,8 +64,8 @@ def _captures(
                       [behind.position, behind.head])
 
 
-def _topics(found: Found, pipeline: Pipeline, lake: Lake) -> None:
-    for topic in pipeline.topics.values():
+def _topics(found: Found, live: LiveGraph, lake: Lake) -> None:
+    for topic in live.topics.values():
         if not lake.list_files(landing.landing_path(topic.name)):
             continue
         manifest = landing.load_manifest(lake, topic.name)
@@ -78,22 +78,22 @@ def _topics(found: Found, pipeline: Pipeline, lake: Lake) -> None:
 
 
 def _consumers(
-    found: Found, pipeline: Pipeline, lake: Lake, instance: dg.DagsterInstance, now: datetime
+    found: Found, live: LiveGraph, lake: Lake, instance: dg.DagsterInstance, now: datetime
 ) -> None:
-    for name, consumer in pipeline.consumers.items():
-        behind = backlog(lake, consumer, pipeline.topics)
+    for name, consumer in live.consumers.items():
+        behind = backlog(lake, consumer, live.topics)
         state = dict(checkpoints.load(lake, name).state)
         found.backlogs[name] = (behind, state)
         idle = behind.records == 0 and bool(consumer.idle_tick and consumer.idle_tick(state, now))
         if behind.records == 0 and not idle:
             continue
-        gate = verdicts(instance, pipeline.gates.get(name, ()))
+        gate = verdicts(instance, live.gates.get(name, ()))
         stopped = [v for v in gate if v.blocks and not v.unfinished]
         if stopped:
             found.notes.append(f"consumer {name} waits: {describe(stopped)}")
             continue
         for v in gate:  # a check its run never got to: run it again, before the consumer
-            if v.unfinished and v.check.asset_key in pipeline.keys:
+            if v.unfinished and v.check.asset_key in live.keys:
                 found.add([v.check.asset_key], f"recheck:{v.name}", v.record)
         found.add([output_key(o) for o in consumer.outputs], f"consumer:{name}", {
             "lag": {f"{x.topic}/{x.partition}": [x.committed, x.head] for x in behind.lags},
@@ -102,25 +102,25 @@ def _consumers(
         })
 
 
-def _relays(found: Found, pipeline: Pipeline, lake: Lake) -> None:
-    for aggregate in pipeline.aggregates:
+def _relays(found: Found, live: LiveGraph, lake: Lake) -> None:
+    for aggregate in live.aggregates:
         done, decided = published_through(lake, aggregate), decided_through(lake, aggregate)
         if decided > done:
             found.add([topic_key(aggregate.orders_topic)], f"relay:{aggregate.consumer.name}",
                       [done, decided])
 
 
-def _models(found: Found, pipeline: Pipeline, lake: Lake) -> None:
-    if pipeline.models is None:
+def _models(found: Found, live: LiveGraph, lake: Lake) -> None:
+    if live.models is None:
         return
-    for name, model in pipeline.models.models.items():
-        reason = why_stale(lake, pipeline.models, name)
+    for name, model in live.models.models.items():
+        reason = why_stale(lake, live.models, name)
         if reason:
             found.add([dg.AssetKey(model.path.split("/"))], f"model:{name}", reason)
 
 
 def find_roots(
-    pipeline: Pipeline,
+    live: LiveGraph,
     lake: Lake,
     instance: dg.DagsterInstance,
     source: SourceResource | None,
@@ -132,9 +132,9 @@ def find_roots(
     their topics (or with an idle tick due) and not stopped by a failed blocking check, relays
     with orders not published, and stored models whose inputs changed since they last ran."""
     found = Found()
-    _captures(found, pipeline, source, root, now)
-    _topics(found, pipeline, lake)
-    _consumers(found, pipeline, lake, instance, now)
-    _relays(found, pipeline, lake)
-    _models(found, pipeline, lake)
+    _captures(found, live, source, root, now)
+    _topics(found, live, lake)
+    _consumers(found, live, lake, instance, now)
+    _relays(found, live, lake)
+    _models(found, live, lake)
     return found

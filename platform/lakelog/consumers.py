@@ -402,6 +402,29 @@ def lag(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic]) -> list[Par
     return rows
 
 
+def target_offsets(
+    lake: Lake,
+    consumer: Consumer,
+    topics: Mapping[str, Topic],
+    *,
+    to: Literal["earliest", "latest"] | datetime,
+) -> dict[TopicPartition, int]:
+    """The offsets a reset `to` commits, per topic and log partition the consumer reads:
+    the log start, the head, or the first record appended at or after a time."""
+    topic_map = _topic_map(consumer, topics)
+    positions = _positions(lake, topic_map)
+    if to == "earliest":
+        return {tp: start for tp, (start, _) in positions.items()}
+    if to == "latest":
+        return {tp: head for tp, (_, head) in positions.items()}
+    offsets = {}
+    for name, topic in topic_map.items():
+        if lake.exists(topic.path):
+            found = offsets_for_time(lake, lake.snapshot(topic.path), topic.partitions, to)
+            offsets.update({(name, p): o for p, o in found.items()})
+    return offsets
+
+
 def reset_offsets(
     lake: Lake,
     consumer: Consumer,
@@ -412,25 +435,15 @@ def reset_offsets(
 ) -> dict[TopicPartition, int]:
     """Move the committed offsets (like kafka-consumer-groups --reset-offsets).
 
-    Refused while a batch is planned but not committed: that batch must finish first.
+    Refused while a batch is planned but not committed: that batch must finish first. Whether
+    replaying records into the outputs is right is the caller's question (`lakelog.resets`).
     """
-    topic_map = _topic_map(consumer, topics)
     checkpoint = checkpoints.load(lake, consumer.name)
     if checkpoint.plan is not None:
         raise ConsumerBusyError(
             f"consumer {consumer.name} has batch {checkpoint.plan.batch} in progress; "
             "let it finish (or rerun it if it crashed) before resetting offsets"
         )
-    positions = _positions(lake, topic_map)
-    if to == "earliest":
-        offsets = {tp: start for tp, (start, _) in positions.items()}
-    elif to == "latest":
-        offsets = {tp: head for tp, (_, head) in positions.items()}
-    else:
-        offsets = {}
-        for name, topic in topic_map.items():
-            if lake.exists(topic.path):
-                found = offsets_for_time(lake, lake.snapshot(topic.path), topic.partitions, to)
-                offsets.update({(name, p): o for p, o in found.items()})
+    offsets = target_offsets(lake, consumer, topics, to=to)
     checkpoints.save_offsets(lake, checkpoint, offsets, now=now)
     return offsets

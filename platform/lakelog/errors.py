@@ -35,3 +35,7 @@ class ConsumerBusyError(LakelogError):
 
 class ChangesUnavailableError(LakelogError):
     """A table's change feed for the asked versions is gone (files vacuumed, log expired)."""
+
+
+class UnsafeReplayError(LakelogError):
+    """Replaying records into a consumer's outputs would count them twice (`lakelog.resets`)."""

@@ -11,13 +11,16 @@ import sys
 import time
 from pathlib import Path
 
+import dagster as dg
 import psycopg
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 from processes import subprocess_env
 
+from lakelog.assets.location import build_location
 from lakelog.demo import shop, shop_cdc
+from lakelog.demo.pipeline import pipeline as shop_pipeline
 
 pytestmark = pytest.mark.slow
 
@@ -25,10 +28,14 @@ LAKELOG = [sys.executable, "-m", "lakelog.cli"]
 DEMO = ["demo", "--events", "20000", "--batches", "2", "--seed", "11"]
 
 
+def env() -> dict[str, str]:
+    """The test's environment, without a $DAGSTER_HOME: runs are recorded in <home>/dagster."""
+    return {k: v for k, v in subprocess_env().items() if k != "DAGSTER_HOME"}
+
+
 def lakelog(*args, home, check=True, timeout=600):
     proc = subprocess.run(
-        [*LAKELOG, *args, "--home", str(home)], capture_output=True, text=True,
-        env=subprocess_env(),
+        [*LAKELOG, *args, "--home", str(home)], capture_output=True, text=True, env=env(),
         timeout=timeout,
     )
     if check:
@@ -114,6 +121,34 @@ def test_demo_then_lag_and_topics(demo_home):
     conn.close()
 
 
+def test_demo_materializes_every_node_in_dagster_and_the_models(demo_home):
+    """The main job runs through Dagster: the SQL models are built, and the instance beside
+    the lake (what `DAGSTER_HOME=<home>/dagster dagster dev` shows) holds a materialization of
+    every live asset, from runs of the `pipeline` job."""
+    home, summary = demo_home
+    funnel = table(home, "views/product_funnel_hourly")
+    views = [r for r in table(home, "log/page_views") if r["product_id"] is not None]
+    units = [i["quantity"] for r in table(home, "log/orders") for i in r["items"]]
+    assert sum(r["views"] for r in funnel) == len(views) > 0
+    assert sum(r["units_sold"] for r in funnel) == sum(units) > 0
+    assert 0 < len(table(home, "views/top_products_last_hour")) <= 10
+    assert {r["query"] for r in table(home, "views/search_ctr")} <= {
+        r["query"] for r in table(home, "log/searches")}
+    assert len(table(home, "views/customer_lifetime_value")) > 0
+    assert summary["models"] == 5 and summary["dagster_instance"] == str(home / "dagster")
+
+    instance = dg.DagsterInstance.from_config(str(home / "dagster"))
+    runs = [instance.get_run_by_id(r) for r in summary["runs"]]
+    assert [r.job_name for r in runs] == ["pipeline"] * 2  # one per batch
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    live = build_location(shop_pipeline).live.keys
+    missing = [k.to_user_string() for k in live
+               if instance.get_latest_materialization_event(k) is None]
+    assert not missing
+    stats = instance.get_latest_materialization_event(dg.AssetKey(["streams", "product_stats"]))
+    assert stats.asset_materialization.metadata["lag_total"].value == 0
+
+
 def test_demo_rerun_is_idempotent(demo_home, tmp_path):
     home, _ = demo_home
     before = {t: table(home, f"log/{t}") for t in shop.TOPICS}
@@ -125,11 +160,10 @@ def test_demo_rerun_is_idempotent(demo_home, tmp_path):
 def test_killed_demo_finishes_with_the_same_tables(demo_home, tmp_path):
     reference, _ = demo_home
     home = tmp_path / "killed"
-    env = subprocess_env()
     # The event pipeline only: the captured database's crash safety is the engine tests' part.
     for delay in (12, 25):  # kill it twice, at different stages, with SIGKILL
         proc = subprocess.Popen(
-            [*LAKELOG, *DEMO, "--no-source", "--no-streams", "--home", str(home)], env=env,
+            [*LAKELOG, *DEMO, "--no-source", "--no-streams", "--home", str(home)], env=env(),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         time.sleep(delay)
@@ -149,11 +183,11 @@ def test_killed_demo_finishes_with_the_same_tables(demo_home, tmp_path):
 def test_demo_captures_a_postgresql_shop_database(tmp_path, pg_database):
     """LAKELOG_SOURCE_DSN points the demo at PostgreSQL: logical decoding instead of SQLite."""
     home = tmp_path / "lake"
-    env = subprocess_env(LAKELOG_SOURCE_DSN=pg_database)
     proc = subprocess.run(
         [*LAKELOG, "demo", "--events", "2000", "--batches", "1", "--no-streams", "--json",
          "--home", str(home)],
-        capture_output=True, text=True, env=env, timeout=600,
+        capture_output=True, text=True, env={**env(), "LAKELOG_SOURCE_DSN": pg_database},
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
@@ -191,7 +225,7 @@ def test_produce_and_tail(tmp_path):
     stdin = subprocess.run(
         [*LAKELOG, "produce", "page_views", "-", "--home", str(home)],
         input=json.dumps({**good, "event_id": "x3"}) + "\n", capture_output=True, text=True,
-        env=subprocess_env(),
+        env=env(),
     )
     assert stdin.returncode == 0 and "1 appended" in stdin.stdout
 
@@ -206,13 +240,13 @@ def test_produce_and_tail(tmp_path):
         (["tail", "page_views", "-n", "0"], 2, "-n must be at least 1"),
         (["tail", "page_views", "--from-offset", "x"], 2, "invalid int value"),
         (["frobnicate"], 2, "invalid choice"),
-        (["fold", "tables/products"], 1, "'tables/products' is not a merge-on-read table; "
-                                         "those are: tables/customers"),
+        (["fold", "tables/products"], 1, "'tables/products' is not a merge-on-read table of "
+                                         "pipeline shop; those are: tables/customers"),
     ],
 )
 def test_errors_are_one_line(tmp_path, args, code, message):
     proc = lakelog(*args, home=tmp_path, check=False) if args != ["frobnicate"] else subprocess.run(
-        [*LAKELOG, *args], capture_output=True, text=True, env=subprocess_env()
+        [*LAKELOG, *args], capture_output=True, text=True, env=env()
     )
     assert proc.returncode == code
     assert message in proc.stderr

@@ -9,9 +9,10 @@ import os
 import signal
 from pathlib import Path
 
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.consumers import BatchInput
 from lakelog.demo.shop import CONSUMERS, TOPICS, product_stats_transform
+from lakelog.pipeline import Pipeline
 from lakelog.spark.server import ServerConfig, status
 
 
@@ -34,4 +35,5 @@ def transform(batch: BatchInput):
 
 
 consumer = dataclasses.replace(CONSUMERS["product_stats"], transform=transform)
-defs = build_definitions(TOPICS, {consumer.name: consumer}, pipeline_interval_seconds=5)
+defs = build_definitions(Pipeline("faults", topics=TOPICS, consumers=[consumer]),
+                         pipeline_interval_seconds=5)

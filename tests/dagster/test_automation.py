@@ -10,9 +10,10 @@ import pytest
 from shop_records import SHOP_RECORDS, order, page_view
 
 from lakelog import landing
-from lakelog.assets.definitions import shop_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.assets.partitions import HOURLY
 from lakelog.consumers import lag, run_until_caught_up
+from lakelog.demo.pipeline import pipeline as shop
 from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_windows import WINDOWS
 from lakelog.resources import LakeResource, SourceResource, SparkResource
@@ -50,7 +51,7 @@ def tick(lake, instance):
     """`tick(cursor)` evaluates the pipeline sensor once, as the daemon would, without Spark."""
     resources = {"spark": NoSpark(), "lake": LakeResource(spark=NoSpark(), root=lake.root),
                  "source": SourceResource()}
-    sensor = shop_definitions(resources).resolve_sensor_def("pipeline")
+    sensor = build_definitions(shop, resources=resources).resolve_sensor_def("pipeline")
 
     def evaluate(cursor: str | None) -> dg.SensorResult:
         with dg.build_sensor_context(
@@ -110,7 +111,7 @@ def test_new_files_and_lagging_consumers_become_one_run(shop_lake, land, tick):
 
 def test_a_pipeline_run_in_progress_holds_the_next(shop_lake, tick, instance):
     running = instance.create_run_for_job(
-        shop_definitions().resolve_job_def("pipeline"), status=dg.DagsterRunStatus.STARTED
+        build_definitions(shop).resolve_job_def("pipeline"), status=dg.DagsterRunStatus.STARTED
     )
 
     held = tick(None)
@@ -144,7 +145,7 @@ def test_the_requested_run_brings_every_derived_table_up_to_date(
     [request] = first.run_requests
 
     run_resources = {**resources, "source": SourceResource()}
-    result = shop_definitions(run_resources).resolve_job_def("pipeline").execute_in_process(
+    result = build_definitions(shop, resources=run_resources).resolve_job_def("pipeline").execute_in_process(
         instance=instance, asset_selection=request.asset_selection,
         partition_key=request.partition_key,
     )

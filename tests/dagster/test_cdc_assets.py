@@ -10,7 +10,8 @@ import sqlite3
 import dagster as dg
 import pytest
 
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
+from lakelog.pipeline import Pipeline
 from lakelog.cdc.sources import sqlite_path
 from lakelog.demo import oltp
 from lakelog.demo.shop_cdc import SHOP
@@ -33,7 +34,7 @@ def shop_db(lake, monkeypatch):
 def test_pipeline_sensor_requests_a_capture_once_per_position(lake, shop_db):
     resources = {"spark": NoSpark(), "lake": LakeResource(spark=NoSpark(), root=lake.root),
                  "source": SourceResource()}
-    defs = build_definitions({}, {}, sources=[SHOP], resources=resources)
+    defs = build_definitions(Pipeline("cdc", sources=[SHOP]), resources=resources)
     sensor = defs.resolve_sensor_def("pipeline")
     instance = dg.DagsterInstance.ephemeral()
 
@@ -64,7 +65,7 @@ def test_materializing_the_cdc_assets_mirrors_the_source(spark_resource, lake, s
     session = spark_resource
     resources = {"spark": session, "lake": LakeResource(spark=session, root=lake.root),
                  "source": SourceResource()}
-    defs = build_definitions({}, {}, sources=[SHOP], resources=resources)
+    defs = build_definitions(Pipeline("cdc", sources=[SHOP]), resources=resources)
     job = defs.resolve_implicit_global_asset_job_def()
 
     oltp.mutate(shop_db, "sqlite", n=50, seed=8, now=oltp.START)

@@ -7,15 +7,17 @@ from pyspark.sql import functions as F
 from shop_records import SHOP_RECORDS
 
 from lakelog.assets import gates
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.consumers import lag
 from lakelog.demo.shop import CONSUMERS, TOPICS
+from lakelog.pipeline import Pipeline
 from lakelog.quality import names
 
 ORDERS = TOPICS["orders"]
 ORDERS_KEY = dg.AssetKey(["log", "orders"])
 STATS = dg.AssetKey(["streams", "product_stats"])
 CHECK = f"log/orders:{names.TOPIC_CHECK}"
+PIPELINE = Pipeline("gated", topics=TOPICS, consumers=CONSUMERS)
 
 
 def behind(lake) -> int:
@@ -23,7 +25,7 @@ def behind(lake) -> int:
 
 
 def test_a_failed_topic_check_stops_its_consumers_until_it_passes(shop_lake, resources):
-    defs = build_definitions(TOPICS, CONSUMERS, resources=resources)
+    defs = build_definitions(PIPELINE, resources=resources)
     instance = dg.DagsterInstance.ephemeral()
     pipeline = defs.resolve_job_def("pipeline")
     microbatch = defs.resolve_job_def("microbatch_product_stats")
@@ -61,7 +63,7 @@ def test_a_failed_topic_check_stops_its_consumers_until_it_passes(shop_lake, res
 
 
 def test_the_sensor_leaves_a_stopped_consumer_out(shop_lake, resources):
-    defs = build_definitions(TOPICS, CONSUMERS, resources=resources)
+    defs = build_definitions(PIPELINE, resources=resources)
     instance = dg.DagsterInstance.ephemeral()
     log = shop_lake.read(shop_lake.snapshot(ORDERS.path))
     shop_lake.write(shop_lake.snapshot(ORDERS.path),

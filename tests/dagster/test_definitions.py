@@ -9,10 +9,12 @@ import dagster as dg
 import yaml
 from pyspark.sql import types as T
 
-from lakelog.assets.definitions import build_definitions, defs
+from lakelog.assets.definitions import defs
+from lakelog.assets.location import build_definitions
 from lakelog.assets.naming import CONSUMER_TAG
 from lakelog.consumers import Consumer, Output
 from lakelog.demo.shop import TOPICS
+from lakelog.pipeline import Pipeline
 from lakelog.topics import Topic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,7 +112,7 @@ def test_a_declared_pipeline_becomes_assets_sensors_and_jobs():
         transform=lambda batch: {},
     )
 
-    built = build_definitions({"signups": signups}, {"signup_counts": counts})
+    built = build_definitions(Pipeline("signups", topics=[signups], consumers=[counts]))
 
     dg.Definitions.validate_loadable(built)
     graph = built.resolve_asset_graph()

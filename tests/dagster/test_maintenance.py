@@ -9,13 +9,14 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 from pyspark.sql import functions as F
 
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.assets.maintenance import maintenance_job
 from lakelog.consumers import run_until_caught_up
 from lakelog.demo import shop_cdc
 from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.ingest import produce
 from lakelog.log import partition_states
+from lakelog.pipeline import Pipeline
 
 PAGE_VIEWS = TOPICS["page_views"]
 
@@ -26,7 +27,8 @@ def test_maintenance_job_enforces_retention_and_reports_it(shop_lake, resources,
     run_until_caught_up(shop_lake, CONSUMERS["product_stats"], TOPICS, now=lambda: now)
     log = shop_lake.read(shop_lake.snapshot(PAGE_VIEWS.path)).collect()
     [u1] = {r.partition for r in log if r.key == "u1"}
-    job = build_definitions(TOPICS, CONSUMERS, resources=resources).resolve_job_def("maintenance")
+    job = build_definitions(Pipeline("kept", topics=TOPICS, consumers=CONSUMERS),
+                            resources=resources).resolve_job_def("maintenance")
 
     result = job.execute_in_process(
         run_config={"ops": {"enforce_retention": {"config": {"vacuum_after_hours": 0}}}},

@@ -11,7 +11,8 @@ from pyspark.sql import functions as F
 
 from lakelog.assets.partitions import HOURLY
 from lakelog.assets.quality import quality_checks
-from lakelog.assets.views import default_models_dir, lakelog_tables, view_definitions
+from lakelog.assets.views import lakelog_tables, view_definitions
+from lakelog.demo.pipeline import MODELS_DIR
 from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_cdc import SHOP
 from lakelog.log import append
@@ -32,7 +33,7 @@ def key(name: str) -> dg.AssetKey:
 
 def test_every_model_is_an_asset_depending_on_its_refs():
     assets = {a.key: a for a in view_definitions(MODELS, TABLES)}
-    assert default_models_dir() == MODELS
+    assert MODELS_DIR == MODELS  # the demo pipeline's models
     funnel = assets[key("product_funnel_hourly")]
     assert set(funnel.asset_deps[funnel.key]) == {
         dg.AssetKey(["log", t]) for t in ("page_views", "cart_events", "orders")

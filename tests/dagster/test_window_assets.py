@@ -10,10 +10,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakelog.assets.consumers import consumer_asset
-from lakelog.assets.definitions import build_definitions
+from lakelog.assets.location import build_definitions
 from lakelog.assets.replay import replay_asset
 from lakelog.assets.naming import output_key
 from lakelog.demo.shop import TOPICS
+from lakelog.pipeline import Pipeline
 from lakelog.watermarks import Watermark
 from lakelog.windows import Count, Tumbling, WindowedAggregate
 
@@ -78,7 +79,8 @@ def test_window_asset_reports_watermark_and_replay_matches_live(shop_lake, resou
 
 
 def test_pipeline_sensor_ticks_a_quiet_window_consumer(shop_lake, resources, consumed):
-    defs = build_definitions(TOPICS, {}, windows=[VIEWS], resources=resources)
+    defs = build_definitions(Pipeline("windows", topics=TOPICS, windows=[VIEWS]),
+                             resources=resources)
     sensor = defs.resolve_sensor_def("pipeline")
     with dg.build_sensor_context(
         instance=dg.DagsterInstance.ephemeral(), resources=resources

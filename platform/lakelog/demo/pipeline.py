@@ -1,0 +1,29 @@
+"""The demo web shop as one declared pipeline: what `lakelog` commands use by default.
+
+Its topics and product-stats consumer (`lakelog.demo.shop`), its shopping-cart aggregate with
+the orders relay, its windowed aggregates (`shop_windows`) and joins (`shop_joins`), its
+captured OLTP database (`shop_cdc`) and the SQL models of the repository's ``dbt_like_views/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lakelog.demo import shop, shop_cdc
+from lakelog.demo.shop_joins import JOINS
+from lakelog.demo.shop_windows import WINDOWS
+from lakelog.pipeline import Pipeline
+
+#: The demo's SQL models: ``dbt_like_views/`` of the checkout lakelog is installed from.
+MODELS_DIR = Path(__file__).resolve().parents[3] / "dbt_like_views"
+
+pipeline = Pipeline(
+    "shop",
+    topics=shop.TOPICS,
+    consumers=[shop.PRODUCT_STATS_CONSUMER],
+    aggregates=[shop.CARTS],
+    windows=WINDOWS,
+    joins=JOINS,
+    sources=[shop_cdc.SHOP],
+    models=MODELS_DIR,
+)

@@ -1,0 +1,221 @@
+"""A pipeline declared once: what the CLI, the Dagster code location and the main job all read.
+
+A user declares one `Pipeline` in a module of their own — topics, consumers, windowed
+aggregates, joins, captured sources, cart aggregates and a folder of SQL models — and points
+every tool at it (``lakelog --pipeline module[:attribute]``, ``build_definitions(pipeline)``).
+The declaration is checked as a whole when it is made, so a mistake (two topics of one name, a
+consumer of an undeclared topic, a missing models folder, a model's bad ref) is one
+`ConfigError` naming every problem, before anything runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Union
+
+from lakelog.captured import CapturedSource
+from lakelog.carts import CartAggregate
+from lakelog.compacted import CompactedTable
+from lakelog.consumers import Consumer
+from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
+from lakelog.joins import AsOfJoin, EnrichJoin, TableJoin, WindowJoin
+from lakelog.topics import Topic
+from lakelog.views import ModelGraph, load_models
+from lakelog.windows import WindowedAggregate
+
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+
+Join = Union[WindowJoin, EnrichJoin, AsOfJoin, TableJoin]
+JOIN_TYPES = (WindowJoin, EnrichJoin, AsOfJoin, TableJoin)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Everything one lakelog deployment keeps live, declared in one place.
+
+    `topics` are filled from the landing zone (``<home>/landing/<topic>/``); captured `sources`
+    add their changelog topics (landed by their capture) and the consumers of their compacted
+    and history tables; each cart aggregate of `aggregates` adds its consumer and the topic its
+    orders are relayed to; `windows` and `joins` add their consumers. `models` is the folder of
+    SQL models (``*.sql``), which may ref any table the pipeline writes. Each collection may be
+    given as any iterable (or a mapping by name) and is kept as a tuple, so the declaration
+    cannot change once checked.
+    """
+
+    name: str
+    topics: tuple[Topic, ...] = ()
+    consumers: tuple[Consumer, ...] = ()
+    windows: tuple[WindowedAggregate, ...] = ()
+    joins: tuple[Join, ...] = ()
+    sources: tuple[CapturedSource, ...] = ()
+    aggregates: tuple[CartAggregate, ...] = ()
+    models: Path | None = None
+    model_graph: ModelGraph | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        named = isinstance(self.name, str) and NAME.match(self.name)
+        problems = [] if named else [
+            f"name {self.name!r} must be letters, digits and '_', starting with a letter"]
+        kinds_ok = True
+        for attribute, kinds, label in (
+            ("topics", Topic, "Topic"),
+            ("consumers", Consumer, "Consumer"),
+            ("windows", WindowedAggregate, "WindowedAggregate"),
+            ("joins", JOIN_TYPES, "WindowJoin, EnrichJoin, AsOfJoin or TableJoin"),
+            ("sources", CapturedSource, "CapturedSource"),
+            ("aggregates", CartAggregate, "CartAggregate"),
+        ):
+            items = _as_tuple(getattr(self, attribute))
+            object.__setattr__(self, attribute, items)
+            wrong = [i for i in items if not isinstance(i, kinds)]
+            if wrong:
+                kinds_ok = False
+                problems.append(f"{attribute} must each be a {label}, not {_kind(wrong[0])}")
+        if self.models is not None:
+            object.__setattr__(self, "models", Path(self.models))
+        if kinds_ok:
+            problems += self._graph_problems()
+        if not problems and self.models is not None:  # model refs need a sound graph
+            problems += self._load_models()
+        elif self.models is not None and not self.models.is_dir():
+            problems.append(f"models folder {self.models} does not exist")
+        if problems:
+            raise ConfigError(f"pipeline {self.name}: " + "; ".join(problems))
+
+    def _graph_problems(self) -> list[str]:
+        problems = []
+        topics = [*self.topics, *(t for s in self.sources for t in s.changelogs.values()),
+                  *(a.orders_topic for a in self.aggregates)]
+        problems += _duplicates("topic", [t.name for t in topics])
+        consumers = self._consumer_list
+        problems += _duplicates("consumer", [c.name for c in consumers])
+        problems += _duplicates("captured source", [s.server_name for s in self.sources])
+        writers: dict[str, list[str]] = {}
+        for consumer in consumers:
+            for output in consumer.outputs:
+                writers.setdefault(output.path, []).append(consumer.name)
+        problems += [f"table {path} is written by more than one consumer ({', '.join(names)})"
+                     for path, names in writers.items() if len(names) > 1]
+        known = {t.name for t in topics}
+        tables = set(writers) | {t.path for t in topics}
+        for consumer in consumers:
+            missing = [t for t in consumer.topics if t not in known]
+            if missing:
+                problems.append(f"consumer {consumer.name} reads undeclared topic(s) "
+                                f"{', '.join(missing)}")
+            unwritten = [p for p in consumer.reads if p not in tables]
+            if unwritten:
+                problems.append(f"consumer {consumer.name} reads {', '.join(unwritten)}, which "
+                                "no consumer of the pipeline writes")
+        return problems
+
+    def _load_models(self) -> list[str]:
+        assert self.models is not None
+        if not self.models.is_dir():
+            return [f"models folder {self.models} does not exist"]
+        try:
+            graph = load_models(self.models, self.table_paths)
+        except ConfigError as exc:  # a model's problem, naming its file
+            return [str(exc)]
+        object.__setattr__(self, "model_graph", graph)
+        return []
+
+    @property
+    def _consumer_list(self) -> list[Consumer]:
+        return [
+            *(c for s in self.sources for c in s.consumers.values()),
+            *self.consumers,
+            *(a.consumer for a in self.aggregates),
+            *(w.consumer for w in self.windows),
+            *(j.consumer for j in self.joins),
+        ]
+
+    @cached_property
+    def landed_topics(self) -> dict[str, Topic]:
+        """Topics ingested from the landing zone, by name: the declared topics and changelogs."""
+        found = {t.name: t for t in self.topics}
+        found.update({n: t for s in self.sources for n, t in s.changelogs.items()})
+        return found
+
+    @cached_property
+    def all_topics(self) -> dict[str, Topic]:
+        """Every topic by name: the landed ones and those cart aggregates relay orders to."""
+        return {**self.landed_topics, **{a.orders_topic.name: a.orders_topic
+                                         for a in self.aggregates}}
+
+    @cached_property
+    def all_consumers(self) -> dict[str, Consumer]:
+        """Every consumer by name: the tables' of captured sources, the declared ones, the cart
+        aggregates', the windows' and the joins'."""
+        return {c.name: c for c in self._consumer_list}
+
+    @cached_property
+    def table_paths(self) -> frozenset[str]:
+        """Every table the pipeline writes: topic logs and consumer outputs (what models ref)."""
+        return frozenset({t.path for t in self.all_topics.values()}
+                         | {o.path for c in self.all_consumers.values() for o in c.outputs})
+
+    @property
+    def compacted_tables(self) -> list[CompactedTable]:
+        return [t for s in self.sources for t in s.compacted.values()]
+
+    def topic(self, name: str) -> Topic:
+        if name not in self.all_topics:
+            raise UnknownTopicError(f"unknown topic {name!r} in pipeline {self.name}; topics: "
+                                    f"{', '.join(sorted(self.all_topics)) or 'none'}")
+        return self.all_topics[name]
+
+    def consumer(self, name: str) -> Consumer:
+        if name not in self.all_consumers:
+            raise UnknownConsumerError(
+                f"unknown consumer {name!r} in pipeline {self.name}; consumers: "
+                f"{', '.join(sorted(self.all_consumers)) or 'none'}"
+            )
+        return self.all_consumers[name]
+
+    def replay_hazards(self, name: str) -> tuple[str, ...]:
+        """Why records replayed into consumer `name` (its offsets moved back) would be counted
+        twice, one reason each; empty when a replay is harmless: its outputs are plain appends
+        (the records are appended again, as a Kafka consumer reset delivers them again), or it
+        keeps a captured source's tables, whose upserts order and de-duplicate the changes by
+        changelog position, so a replayed change is never applied twice."""
+        consumer = self.consumer(name)
+        if any(name in s.consumers for s in self.sources):
+            return ()
+        found = [f"{o.path} is keyed by {', '.join(o.keys)}: replayed records would change "
+                 "its rows again" for o in consumer.outputs if o.keys]
+        if consumer.advance is not None:
+            found.append("its checkpoint state (e.g. a watermark) has already moved past the "
+                         "replayed records")
+        return tuple(found)
+
+    def rebuild_hazards(self, name: str) -> tuple[str, ...]:
+        """Why rebuilding consumer `name` from the log would still count something twice: what
+        it decided and a relay already published elsewhere would be decided and published again."""
+        return tuple(
+            f"its orders were relayed to topic {a.orders_topic.name}, which keeps them: a "
+            "rebuild would decide and publish them again"
+            for a in self.aggregates if a.consumer.name == name
+        )
+
+
+def _as_tuple(items: Any) -> tuple:
+    """`items` as a tuple: a mapping's values (declarations by name), or the one item given."""
+    if isinstance(items, Mapping):
+        return tuple(items.values())
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        return (items,)  # a wrong kind is reported by the caller
+    return tuple(items)
+
+
+def _kind(item: Any) -> str:
+    return f"{type(item).__name__} {item!r}"[:80]
+
+
+def _duplicates(what: str, names: list[str]) -> list[str]:
+    seen = sorted({n for n in names if names.count(n) > 1})
+    return [f"{what} name {n!r} is declared more than once" for n in seen]

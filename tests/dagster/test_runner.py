@@ -1,0 +1,94 @@
+"""The runner `lakelog run` and `lakelog demo` use: one run of the pipeline job on an instance,
+its report, what it leaves out, and runs whose process died."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import dagster as dg
+import pytest
+from shop_records import order, page_view
+
+from lakelog.assets.location import build_definitions
+from lakelog.assets.runner import RUNNER_HOST, RUNNER_PID, Runner, open_instance
+from lakelog.consumers import lag
+from lakelog.demo.shop import PRODUCT_STATS_CONSUMER, TOPICS
+from lakelog.pipeline import Pipeline
+from lakelog.quality import names
+from lakelog.resources import SourceResource
+
+PIPELINE = Pipeline("runner", topics=TOPICS, consumers=[PRODUCT_STATS_CONSUMER])
+STATS = dg.AssetKey(["streams", "product_stats"])
+
+
+@pytest.fixture
+def instance() -> dg.DagsterInstance:
+    return dg.DagsterInstance.ephemeral()
+
+
+@pytest.fixture
+def runner(resources, instance) -> Runner:
+    return Runner(PIPELINE, resources={**resources, "source": SourceResource()},
+                  instance=instance, tags={"purpose": "test"})
+
+
+def test_a_run_catches_every_node_up_and_reports_it(lake, land, runner, instance):
+    land("page_views", "a.ndjson", [page_view("v1", "u1", "p1"), page_view("v2", "u2", "p2")])
+    land("orders", "a.ndjson", [order("o1", "u1", [("p1", 2, 5.0)], 3)])
+
+    report = runner.catch_up()
+
+    assert report.success and not report.failures
+    assert report.of("log/page_views")[0]["records_appended"] == 2
+    assert report.of("streams/product_stats")[0]["records"] == 3
+    assert report.checks[f"log/orders:{names.TOPIC_CHECK}"] is True
+    assert all(x.lag == 0 for x in lag(lake, PRODUCT_STATS_CONSUMER, TOPICS))
+    run = instance.get_run_by_id(report.run_id)
+    assert run.job_name == "pipeline" and run.tags["purpose"] == "test"
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert instance.get_latest_materialization_event(STATS) is not None
+
+    quiet = runner.catch_up(checks=False)  # nothing new; and no check steps
+    assert quiet.success and not quiet.checks
+    assert quiet.of("streams/product_stats")[0]["records"] == 0
+
+
+def test_what_is_left_out_takes_its_downstream_along(land, runner):
+    land("page_views", "a.ndjson", [page_view("v1", "u1", "p1")])
+
+    report = runner.catch_up(leave_out={dg.AssetKey(["log", "orders"])})
+
+    assert "streams/product_stats" not in report.selected  # it reads orders
+    assert "log/page_views" in report.selected and "log/orders" not in report.selected
+    assert report.of("log/page_views")[0]["records_appended"] == 1
+
+
+def test_a_run_whose_process_died_is_reported_failed(runner, instance):
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has any more
+    job = build_definitions(PIPELINE).resolve_job_def("pipeline")
+    tags = {RUNNER_HOST: socket.gethostname()}
+    alive = instance.create_run_for_job(  # pid 1 lives as long as the machine
+        job, status=dg.DagsterRunStatus.STARTED, tags={**tags, RUNNER_PID: "1"})
+    abandoned = instance.create_run_for_job(  # it planned the checks last
+        job, status=dg.DagsterRunStatus.STARTED, tags={**tags, RUNNER_PID: str(gone.pid)})
+
+    report = runner.catch_up(checks=False)
+
+    assert instance.get_run_by_id(abandoned.run_id).status == dg.DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(alive.run_id).status == dg.DagsterRunStatus.STARTED
+    # The abandoned run never evaluated the checks it planned: the consumer's gate would wait
+    # for them forever, so the run evaluates them again first, checks or not.
+    assert report.success and not report.blocked
+    assert report.checks[f"log/orders:{names.TOPIC_CHECK}"] is True
+    assert "streams/product_stats" in {m.key for m in report.materialized}
+
+
+def test_runs_are_kept_beside_the_lake_unless_dagster_home_says(tmp_path):
+    instance, where = open_instance(str(tmp_path / "lake"), {})
+    assert where == str(tmp_path / "lake" / "dagster") and not instance.is_ephemeral
+    assert (tmp_path / "lake" / "dagster" / "dagster.yaml").exists()
+    home = tmp_path / "home"
+    assert open_instance(str(tmp_path / "lake"), {"DAGSTER_HOME": str(home)})[1] == str(home)
+    assert open_instance("s3://bucket/lake", {})[0].is_ephemeral
