@@ -25,7 +25,7 @@ from lakelog.assets.topics import topic_assets
 from lakelog.assets.views import lakelog_tables, model_assets
 from lakelog.pipeline import Pipeline
 from lakelog.resources import build_resources
-from lakelog.sensors import maintenance_schedule, pipeline_sensor
+from lakelog.sensors import audit_schedule, maintenance_schedule, pipeline_sensor
 
 
 @dataclass(frozen=True)
@@ -67,23 +67,27 @@ def build_location(
         *(fresh(orders_relay_asset(a), FRESHNESS) for a in aggregates),
         *(fresh(m, FRESHNESS) for m in (model_assets(models, tables) if models else ())),
     )
-    live = LiveGraph(live_assets, pipeline.landed_topics, consumers, gates, sources, aggregates,
-                     models)
+    audits = [
+        *(replay_check(a, topics) for a in aggregates),
+        *(reconciliation_check(s.server_name, s.tables, table, s.compacted[table.name],
+                               s.consumer_of(table.name), topics)
+          for s in sources for table in s.tables),
+    ]
+    live = LiveGraph(
+        live_assets, pipeline.landed_topics, consumers, gates, sources, aggregates, models,
+        checks=frozenset(k for d in (*checks, *live_assets) for k in d.check_keys),
+        audits=frozenset(k for a in audits for k in a.check_keys),
+    )
     pipeline_job = live.job()
     maintenance = maintenance_job(topics, consumers, pipeline.compacted_tables)
+    audit = [live.audit_job()] if audits else []
     defs = dg.Definitions(
         assets=[*live_assets, *(replay_asset(w, topics) for w in pipeline.windows)],
-        asset_checks=[
-            *checks,
-            *(replay_check(a, topics) for a in aggregates),
-            *(reconciliation_check(s.server_name, s.tables, table, s.compacted[table.name],
-                                   s.consumer_of(table.name), topics)
-              for s in sources for table in s.tables),
-        ],
-        jobs=[pipeline_job, *jobs.values(), *capture_jobs.values(), maintenance],
+        asset_checks=[*checks, *audits],
+        jobs=[pipeline_job, *audit, *jobs.values(), *capture_jobs.values(), maintenance],
         sensors=[pipeline_sensor(live, pipeline_job,
                                  minimum_interval_seconds=pipeline_interval_seconds)],
-        schedules=[maintenance_schedule(maintenance)],
+        schedules=[maintenance_schedule(maintenance), *(audit_schedule(j) for j in audit)],
         resources=dict(resources) if resources is not None else build_resources("local"),
     )
     return Location(defs, live)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
 
 PIPELINE = "pipeline"
+AUDIT = "audit"
 
 #: Derived assets not materialized for this long show as failing freshness in the UI: well
 #: past the one-minute target, so it flags a stuck pipeline rather than a slow tick. A quiet
@@ -65,6 +66,12 @@ class LiveGraph:
     sources: tuple[CapturedSource, ...] = ()
     aggregates: tuple[CartAggregate, ...] = ()
     models: ModelGraph | None = None
+    #: The checks a pipeline run evaluates with the assets it selects: the blocking ones that
+    #: gate consumers, and the models' warnings.
+    checks: frozenset[dg.AssetCheckKey] = frozenset()
+    #: Checks that audit what the pipeline keeps (a rebuild compared with the live state, a table
+    #: with its source): not run by the pipeline job, but by the `audit` job on a schedule.
+    audits: frozenset[dg.AssetCheckKey] = frozenset()
 
     @property
     def keys(self) -> frozenset[dg.AssetKey]:
@@ -75,14 +82,33 @@ class LiveGraph:
         return frozenset(k for a in self.assets if a.partitions_def is not None for k in a.keys)
 
     def job(self) -> "UnresolvedAssetJobDefinition":
+        """Every live asset and its checks but the audits: a microbatch pays for the checks that
+        gate it, not for rebuilding state to compare (the `audit` job's)."""
         return dg.define_asset_job(
             PIPELINE,
-            selection=dg.AssetSelection.assets(*self.keys),
+            selection=dg.AssetSelection.assets(*self.keys) - dg.AssetSelection.checks(*self.audits),
             executor_def=dg.in_process_executor,
             description="Every live asset in dependency order, in one process and one Spark "
             "session: the pipeline sensor requests the assets with new input and everything "
             "downstream of them.",
         )
+
+    def audit_job(self) -> "UnresolvedAssetJobDefinition":
+        return dg.define_asset_job(
+            AUDIT,
+            selection=dg.AssetSelection.checks(*self.audits),
+            executor_def=dg.in_process_executor,
+            description="The audits of the live tables (a cart state rebuilt from the log, a "
+            "compacted table against its source database), in one process and one Spark "
+            "session; its schedule runs it every few minutes.",
+        )
+
+    def checks_of(self, selected: Iterable[dg.AssetKey]) -> list[dg.AssetCheckKey]:
+        """The checks a run of `selected` evaluates (a run selecting assets would otherwise get
+        every check on them, the audits too)."""
+        chosen = set(selected)
+        return sorted((k for k in self.checks if k.asset_key in chosen),
+                      key=lambda k: (k.asset_key.to_user_string(), k.name))
 
     def closure(self, roots: Iterable[dg.AssetKey]) -> set[dg.AssetKey]:
         """`roots`, everything downstream of them and the other outputs of their multi-assets."""

@@ -156,10 +156,14 @@ class Runner:
             chosen -= self.live.closure(leave_out)
         selected, left_out = self.live.runnable(chosen, self._lake.exists)
         checked = checks or bool(rechecks & selected)
-        job = self._defs.resolve_job_def(PIPELINE) if checked else self._job_without_checks()
+        if checked:  # the checks of the selection, as the sensor requests them: no audits
+            job = self._defs.resolve_job_def(PIPELINE).get_subset(
+                asset_selection=set(selected),
+                asset_check_selection=set(self.live.checks_of(selected)))
+        else:
+            job = self._job_without_checks().get_subset(asset_selection=set(selected))
         result = job.execute_in_process(
             instance=self.instance,
-            asset_selection=sorted(selected, key=lambda k: k.to_user_string()),
             partition_key=self.live.partition_key(selected, now or datetime.now(timezone.utc)),
             tags=self._tags,
             run_config=QUIET,

@@ -10,9 +10,10 @@ import yaml
 from pyspark.sql import types as T
 
 from lakelog.assets.definitions import defs
-from lakelog.assets.location import build_definitions
+from lakelog.assets.location import build_definitions, build_location
 from lakelog.assets.naming import CONSUMER_TAG
 from lakelog.consumers import Consumer, Output
+from lakelog.demo.pipeline import pipeline as shop_pipeline
 from lakelog.demo.shop import TOPICS
 from lakelog.pipeline import Pipeline
 from lakelog.topics import Topic
@@ -92,9 +93,24 @@ def test_shop_definitions():
     assert graph.get(dg.AssetKey(["log", "orders"])).freshness_policy is None
     stats = defs.resolve_assets_def(dg.AssetKey(["streams", "product_stats"]))
     assert stats.specs_by_key[dg.AssetKey(["streams", "product_stats"])].skippable
-    [schedule] = defs.schedules
-    assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 3 * * *", "UTC")
-    assert schedule.job_name == "maintenance"
+    schedules = {s.name: s for s in defs.schedules}
+    daily = schedules["daily_maintenance"]
+    assert (daily.cron_schedule, daily.execution_timezone) == ("0 3 * * *", "UTC")
+    assert daily.job_name == "maintenance"
+    # The audits (rebuilds compared with the live state, tables with their source) run on a
+    # schedule of their own, from the start; a pipeline run evaluates the other checks.
+    audits = {dg.AssetCheckKey(dg.AssetKey(["tables", t]), "matches_source")
+              for t in ("customers", "products", "inventory")} | {
+        dg.AssetCheckKey(dg.AssetKey(["streams", "cart_state"]), "replay_matches")}
+    audit = schedules["audits"]
+    assert (audit.job_name, audit.cron_schedule) == ("audit", "*/10 * * * *")
+    assert audit.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert defs.resolve_job_def("audit").asset_layer.asset_graph.asset_check_keys >= audits
+    live = build_location(shop_pipeline).live
+    assert audits == live.audits and not audits & live.checks
+    requested = live.checks_of(live.keys)
+    assert dg.AssetCheckKey(dg.AssetKey(["log", "orders"]), "log_integrity") in requested
+    assert not audits & set(requested)
     assert defs.resolve_job_def("microbatch_product_stats").tags == {CONSUMER_TAG: "product_stats"}
 
 
