@@ -81,12 +81,16 @@ class LiveGraph:
     def partitioned(self) -> frozenset[dg.AssetKey]:
         return frozenset(k for a in self.assets if a.partitions_def is not None for k in a.keys)
 
-    def job(self) -> "UnresolvedAssetJobDefinition":
+    def job(self, audited: bool = True) -> "UnresolvedAssetJobDefinition":
         """Every live asset and its checks but the audits: a microbatch pays for the checks that
-        gate it, not for rebuilding state to compare (the `audit` job's)."""
+        gate it, not for rebuilding state to compare (the `audit` job's). `audited=False` is for
+        definitions that hold no audits to leave out (a job without check steps)."""
+        selection = dg.AssetSelection.assets(*self.keys)
+        if audited:
+            selection -= dg.AssetSelection.checks(*self.audits)
         return dg.define_asset_job(
             PIPELINE,
-            selection=dg.AssetSelection.assets(*self.keys) - dg.AssetSelection.checks(*self.audits),
+            selection=selection,
             executor_def=dg.in_process_executor,
             description="Every live asset in dependency order, in one process and one Spark "
             "session: the pipeline sensor requests the assets with new input and everything "

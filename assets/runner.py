@@ -201,7 +201,7 @@ class Runner:
         """The pipeline job of a location without the checks that are steps of their own (a
         model's checks are part of its step); the same name, so it holds the sensor too."""
         if self._unchecked is None:
-            defs = dg.Definitions(assets=self._defs.assets, jobs=[self.live.job()],
+            defs = dg.Definitions(assets=self._defs.assets, jobs=[self.live.job(audited=False)],
                                   resources=self._defs.resources)
             self._unchecked = defs.resolve_job_def(PIPELINE)
         return self._unchecked
