@@ -15,6 +15,7 @@ import dagster as dg
 
 from lakelog.assets.carts import orders_relay_asset, replay_check
 from lakelog.assets.cdc import capture_asset, reconciliation_check
+from lakelog.assets.change_streams import change_stream_asset
 from lakelog.assets.consumers import consumer_asset, consumer_job
 from lakelog.assets.maintenance import maintenance_job
 from lakelog.assets.naming import capture_key, op_name
@@ -65,6 +66,7 @@ def build_location(
         topic_assets(list(pipeline.landed_topics.values()), landed_by),
         *consumer_assets.values(),
         *(fresh(orders_relay_asset(a), FRESHNESS) for a in aggregates),
+        *(fresh(change_stream_asset(s), FRESHNESS) for s in pipeline.published_streams),
         *(fresh(m, FRESHNESS) for m in (model_assets(models, tables) if models else ())),
     )
     audits = [
@@ -75,6 +77,7 @@ def build_location(
     ]
     live = LiveGraph(
         live_assets, pipeline.landed_topics, consumers, gates, sources, aggregates, models,
+        change_streams=pipeline.published_streams,
         checks=frozenset(k for d in (*checks, *live_assets) for k in d.check_keys),
         audits=frozenset(k for a in audits for k in a.check_keys),
     )
@@ -103,7 +106,8 @@ def build_definitions(
 
     Each captured source adds its capture asset, its changelog topics, the consumers of its
     compacted and history tables, and a reconciliation check per compacted table. Each cart
-    aggregate adds its consumer, its orders relay and its replay check. Each windowed aggregate
+    aggregate adds its consumer, its orders relay and its replay check. Each change stream adds
+    the relay that publishes its table's changes to its topic. Each windowed aggregate
     adds its consumer and its hourly replay asset (the unit of backfill); each join its
     consumer. The SQL models folder adds one asset per model; every topic, compacted and
     history table gets its blocking data-quality checks, which also gate its consumers across

@@ -1,6 +1,6 @@
 """The pipeline job: every asset that is kept live, advanced by one run per sensor tick.
 
-Live are the captures, the topics (changelogs and relayed topics too), the consumer outputs and
+Live are the captures, the topics (changelogs, relayed topics and change streams too), the consumer outputs and
 the SQL models — not the hourly `replays/*`, which are backfilled by hand. One run per tick
 instead of one per topic and consumer: Dagster's launch cost is paid once, and with the
 in-process executor every step of a run shares one process and so one Spark Connect session.
@@ -27,6 +27,7 @@ import dagster as dg
 from lakelog.assets.partitions import HOUR_KEY
 from lakelog.captured import CapturedSource
 from lakelog.carts import CartAggregate
+from lakelog.cdc.change_streams import ChangeStream
 from lakelog.consumers import Consumer
 from lakelog.topics import Topic
 from lakelog.views import ModelGraph
@@ -66,6 +67,8 @@ class LiveGraph:
     sources: tuple[CapturedSource, ...] = ()
     aggregates: tuple[CartAggregate, ...] = ()
     models: ModelGraph | None = None
+    #: Tables whose changes are published to a topic (`lakelog.cdc.change_streams`).
+    change_streams: tuple[ChangeStream, ...] = ()
     #: The checks a pipeline run evaluates with the assets it selects: the blocking ones that
     #: gate consumers, and the models' warnings.
     checks: frozenset[dg.AssetCheckKey] = frozenset()

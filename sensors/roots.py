@@ -24,6 +24,7 @@ from lakelog.assets.naming import capture_key, output_key, topic_key
 from lakelog.assets.pipeline import LiveGraph
 from lakelog.backlog import Backlog, backlog
 from lakelog.carts import decided_through, published_through
+from lakelog.cdc import change_streams
 from lakelog.cdc.lag import capture_lag
 from lakelog.errors import LakelogError
 from lakelog.lake import Lake
@@ -108,6 +109,11 @@ def _relays(found: Found, live: LiveGraph, lake: Lake) -> None:
         if decided > done:
             found.add([topic_key(aggregate.orders_topic)], f"relay:{aggregate.consumer.name}",
                       [done, decided])
+    for stream in live.change_streams:
+        version = change_streams.table_version(lake, stream)
+        done = change_streams.published_through(lake, stream)
+        if version is not None and (done is None or version > done):
+            found.add([topic_key(stream.topic)], f"changes:{stream.path}", [done, version])
 
 
 def _models(found: Found, live: LiveGraph, lake: Lake) -> None:
@@ -130,7 +136,7 @@ def find_roots(
 ) -> Found:
     """Captures behind their source, topics with landing files not ingested, consumers behind
     their topics (or with an idle tick due) and not stopped by a failed blocking check, relays
-    with orders not published, and stored models whose inputs changed since they last ran."""
+    with orders not published, tables with changes not published to their change streams, and stored models whose inputs changed since they last ran."""
     found = Found()
     _captures(found, live, source, root, now)
     _topics(found, live, lake)

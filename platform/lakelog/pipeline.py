@@ -19,6 +19,7 @@ from typing import Any, Union
 
 from lakelog.captured import CapturedSource
 from lakelog.carts import CartAggregate
+from lakelog.cdc.change_streams import ChangeStream
 from lakelog.compacted import CompactedTable
 from lakelog.consumers import Consumer
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
@@ -41,7 +42,9 @@ class Pipeline:
     add their changelog topics (landed by their capture) and the consumers of their compacted
     and history tables; each cart aggregate of `aggregates` adds its consumer and the topic its
     orders are relayed to; `windows` and `joins` add their consumers. `models` is the folder of
-    SQL models (``*.sql``), which may ref any table the pipeline writes. Each collection may be
+    SQL models (``*.sql``), which may ref any table the pipeline writes. `change_streams` names
+keyed tables the pipeline writes (``tables/customers``) whose changes are published as the
+changelog topics ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Each collection may be
     given as any iterable (or a mapping by name) and is kept as a tuple, so the declaration
     cannot change once checked.
     """
@@ -54,7 +57,11 @@ class Pipeline:
     sources: tuple[CapturedSource, ...] = ()
     aggregates: tuple[CartAggregate, ...] = ()
     models: Path | None = None
+    change_streams: tuple[str, ...] = ()
     model_graph: ModelGraph | None = field(init=False, repr=False, compare=False, default=None)
+    #: The `change_streams`, resolved to their tables' outputs.
+    published_streams: tuple[ChangeStream, ...] = field(init=False, repr=False, compare=False,
+                                                        default=())
 
     def __post_init__(self) -> None:
         named = isinstance(self.name, str) and NAME.match(self.name)
@@ -68,6 +75,7 @@ class Pipeline:
             ("joins", JOIN_TYPES, "WindowJoin, EnrichJoin, AsOfJoin or TableJoin"),
             ("sources", CapturedSource, "CapturedSource"),
             ("aggregates", CartAggregate, "CartAggregate"),
+            ("change_streams", str, "table path"),
         ):
             items = _as_tuple(getattr(self, attribute))
             object.__setattr__(self, attribute, items)
@@ -87,9 +95,10 @@ class Pipeline:
             raise ConfigError(f"pipeline {self.name}: " + "; ".join(problems))
 
     def _graph_problems(self) -> list[str]:
-        problems = []
+        problems = self._stream_problems()
         topics = [*self.topics, *(t for s in self.sources for t in s.changelogs.values()),
-                  *(a.orders_topic for a in self.aggregates)]
+                  *(a.orders_topic for a in self.aggregates),
+                  *(s.topic for s in self.published_streams)]
         problems += _duplicates("topic", [t.name for t in topics])
         consumers = self._consumer_list
         problems += _duplicates("consumer", [c.name for c in consumers])
@@ -111,6 +120,21 @@ class Pipeline:
             if unwritten:
                 problems.append(f"consumer {consumer.name} reads {', '.join(unwritten)}, which "
                                 "no consumer of the pipeline writes")
+        return problems
+
+    def _stream_problems(self) -> list[str]:
+        outputs = {o.path: o for c in self._consumer_list for o in c.outputs}
+        problems = _duplicates("change stream of table", list(self.change_streams))
+        found = []
+        for path in dict.fromkeys(self.change_streams):
+            output = outputs.get(path)
+            if output is None:
+                problems.append(f"change stream of {path}: no consumer of the pipeline writes it")
+            elif not output.keys:
+                problems.append(f"change stream of {path}: the table has no keys")
+            else:
+                found.append(ChangeStream(output))
+        object.__setattr__(self, "published_streams", tuple(found))
         return problems
 
     def _load_models(self) -> list[str]:
@@ -143,9 +167,11 @@ class Pipeline:
 
     @cached_property
     def all_topics(self) -> dict[str, Topic]:
-        """Every topic by name: the landed ones and those cart aggregates relay orders to."""
-        return {**self.landed_topics, **{a.orders_topic.name: a.orders_topic
-                                         for a in self.aggregates}}
+        """Every topic by name: the landed ones, those cart aggregates relay orders to and the
+        tables' change streams."""
+        return {**self.landed_topics,
+                **{a.orders_topic.name: a.orders_topic for a in self.aggregates},
+                **{s.topic.name: s.topic for s in self.published_streams}}
 
     @cached_property
     def all_consumers(self) -> dict[str, Consumer]:
@@ -196,10 +222,15 @@ class Pipeline:
     def rebuild_hazards(self, name: str) -> tuple[str, ...]:
         """Why rebuilding consumer `name` from the log would still count something twice: what
         it decided and a relay already published elsewhere would be decided and published again."""
+        outputs = {o.path for o in self.consumer(name).outputs}
         return tuple(
             f"its orders were relayed to topic {a.orders_topic.name}, which keeps them: a "
             "rebuild would decide and publish them again"
             for a in self.aggregates if a.consumer.name == name
+        ) + tuple(
+            f"the changes of {s.path} are published to topic {s.topic.name}, whose history a "
+            "rebuilt table (a new table) cannot continue"
+            for s in self.published_streams if s.path in outputs
         )
 
 

@@ -65,8 +65,10 @@ def test_materializing_the_cdc_assets_mirrors_the_source(spark_resource, lake, s
     session = spark_resource
     resources = {"spark": session, "lake": LakeResource(spark=session, root=lake.root),
                  "source": SourceResource()}
-    defs = build_definitions(Pipeline("cdc", sources=[SHOP]), resources=resources)
+    defs = build_definitions(Pipeline("cdc", sources=[SHOP], change_streams=["tables/customers"]),
+                             resources=resources)
     job = defs.resolve_implicit_global_asset_job_def()
+    changes = dg.AssetKey(["log", "changes.tables.customers"])
 
     oltp.mutate(shop_db, "sqlite", n=50, seed=8, now=oltp.START)
     result = job.execute_in_process(resources=resources)
@@ -88,6 +90,11 @@ def test_materializing_the_cdc_assets_mirrors_the_source(spark_resource, lake, s
     assert all(e.passed for e in evaluations), evaluations  # quality checks pass too
     checks = {e.asset_key.path[-1]: e for e in evaluations if e.check_name == "matches_source"}
     assert set(checks) == {"customers", "products", "inventory"}
+    # The customers table's change stream: its first publication is a snapshot of every row.
+    [published] = [e.materialization for e in result.get_asset_materialization_events()
+                   if e.asset_key == changes]
+    assert published.metadata["snapshot"].value is True
+    assert published.metadata["changes_published"].value == customers
 
     # The source changes: the sensor would capture; meanwhile the check warns, it does not fail.
     oltp.mutate(shop_db, "sqlite", n=10, seed=9, now=oltp.START)
@@ -97,3 +104,14 @@ def test_materializing_the_cdc_assets_mirrors_the_source(spark_resource, lake, s
         e for e in rerun.get_asset_check_evaluations() if e.check_name == "matches_source"
     ]
     assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+
+    # Capture and the customers' tables move on, nothing downstream of them: the sensor sees
+    # the table's changes not yet in its change stream.
+    assert job.execute_in_process(resources=resources, asset_selection=[
+        dg.AssetKey(["cdc", "shop"]), dg.AssetKey(["log", "cdc.customers"]),
+        dg.AssetKey(["tables", "customers"]), dg.AssetKey(["history", "customers"])]).success
+    sensor = defs.resolve_sensor_def("pipeline")
+    with dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(),
+                                 resources=resources) as context:
+        [request] = sensor(context).run_requests
+    assert changes in request.asset_selection

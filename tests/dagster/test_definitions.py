@@ -46,7 +46,8 @@ def test_shop_definitions():
         "search_ctr", "inventory_remaining")}
     assert graph.get_all_asset_keys() == (
         topics | changelogs | tables | carts | streams | views
-        | {capture, dg.AssetKey(["streams", "product_stats"]), dg.AssetKey(["log", "cart_orders"])}
+        | {capture, dg.AssetKey(["streams", "product_stats"]), dg.AssetKey(["log", "cart_orders"]),
+           dg.AssetKey(["log", "changes.tables.customers"])}
     )
     # A lookup join depends on the table it reads; a replay on the live windows and the log.
     assert set(graph.get(dg.AssetKey(["streams", "orders_as_of"])).parent_keys) == {
@@ -58,6 +59,10 @@ def test_shop_definitions():
     assert graph.get(dg.AssetKey(["replays", "revenue_per_minute"])).partitions_def is not None
     assert set(graph.get(dg.AssetKey(["log", "cart_orders"])).parent_keys) == {
         dg.AssetKey(["streams", "cart_orders"])
+    }
+    # The customers table's change stream is published from the table.
+    assert set(graph.get(dg.AssetKey(["log", "changes.tables.customers"])).parent_keys) == {
+        dg.AssetKey(["tables", "customers"])
     }
     assert {graph.get(k).group_name for k in topics | changelogs} == {"log"}
     assert set(graph.get(dg.AssetKey(["streams", "product_stats"])).parent_keys) == {

@@ -35,8 +35,10 @@ def copy_of(topic_name: str, output: str = "streams/copy") -> Consumer:
 
 def test_the_demo_shop_is_one_pipeline():
     topics = shop_pipeline.all_topics
-    assert set(topics) == {*shop.TOPICS, *shop_cdc.CHANGELOGS, "cart_orders"}
-    assert set(shop_pipeline.landed_topics) == set(topics) - {"cart_orders"}
+    assert set(topics) == {*shop.TOPICS, *shop_cdc.CHANGELOGS, "cart_orders",
+                           "changes.tables.customers"}
+    assert set(shop_pipeline.landed_topics) == set(topics) - {"cart_orders",
+                                                             "changes.tables.customers"}
     assert {"product_stats", "aggregate.cart", "window.user_sessions", "join.orders_as_of",
             "tables.customers"} <= set(shop_pipeline.all_consumers)
     assert set(shop_pipeline.model_graph.models) == {
@@ -115,3 +117,21 @@ def test_a_consumer_whose_decisions_are_relayed_cannot_be_rebuilt():
     [hazard] = shop_pipeline.rebuild_hazards("aggregate.cart")
     assert "relayed to topic cart_orders" in hazard
     assert shop_pipeline.rebuild_hazards("window.user_sessions") == ()
+
+
+def test_a_change_stream_names_a_keyed_table_the_pipeline_writes():
+    keyed = Consumer("keyed", ("clicks",), (Output("streams/keyed", T.StructType([
+        T.StructField("user", T.StringType())]), keys=("user",)),), transform=lambda b: {})
+    ok = Pipeline("p", topics=[CLICKS], consumers=[keyed, copy_of("clicks")],
+                  change_streams="streams/keyed")
+    [stream] = ok.published_streams
+    assert stream.topic.name == "changes.streams.keyed" and stream.topic in ok.all_topics.values()
+    assert ok.rebuild_hazards("keyed") and not ok.rebuild_hazards("copy_clicks")
+    with pytest.raises(ConfigError) as bad:
+        Pipeline("p", topics=[CLICKS], consumers=[keyed, copy_of("clicks")],
+                 change_streams=["streams/nowhere", "streams/copy", "streams/keyed",
+                                 "streams/keyed"])
+    message = str(bad.value)
+    assert "streams/nowhere: no consumer of the pipeline writes it" in message
+    assert "streams/copy: the table has no keys" in message
+    assert "'streams/keyed' is declared more than once" in message

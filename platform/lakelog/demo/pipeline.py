@@ -2,7 +2,8 @@
 
 Its topics and product-stats consumer (`lakelog.demo.shop`), its shopping-cart aggregate with
 the orders relay, its windowed aggregates (`shop_windows`) and joins (`shop_joins`), its
-captured OLTP database (`shop_cdc`) and the SQL models of the repository's ``dbt_like_views/``.
+captured OLTP database (`shop_cdc`), the change stream of its customers table (the topic
+``changes.tables.customers``) and the SQL models of the repository's ``dbt_like_views/``.
 """
 
 from __future__ import annotations
@@ -25,5 +26,6 @@ pipeline = Pipeline(
     windows=WINDOWS,
     joins=JOINS,
     sources=[shop_cdc.SHOP],
+    change_streams=["tables/customers"],
     models=MODELS_DIR,
 )
