@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 from cdc_helpers import Crash, crash_on
-from test_compacted import TABLE, TOPIC, apply, change
+from test_compacted import TABLE, apply, change
 
 from lakelog import consumers
 from lakelog.cdc import change_streams
