@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING, Optional
 import dagster as dg
 from pydantic import Field
 
-from lakelog import checkpoints
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.gates import blocking, describe, verdicts
 from lakelog.assets.metadata import lag_table
 from lakelog.assets.naming import CONSUMER_TAG, consumer_pool, op_name, output_key, topic_key
-from lakelog.compacted import change_counts
+from lakelog.cdc.compacted import change_counts
 from lakelog.consumers import Consumer, lag, run_until_caught_up
+from lakelog.consumers import checkpoints
+from lakelog.consumers.watermarks import from_us
 from lakelog.errors import ConfigError
+from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource
-from lakelog.topics import Topic
-from lakelog.watermarks import from_us
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import (

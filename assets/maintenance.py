@@ -11,12 +11,12 @@ from pydantic import Field
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.metadata import retention_metadata
 from lakelog.assets.naming import output_key, topic_key
-from lakelog.compacted import CompactedTable, fold_table, purge_tombstones
+from lakelog.cdc.compacted import CompactedTable, fold_table, purge_tombstones
 from lakelog.consumers import Consumer
-from lakelog.log_compaction import compact_topic
+from lakelog.log.compaction import compact_topic
+from lakelog.log.retention import enforce_retention
+from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource
-from lakelog.retention import enforce_retention
-from lakelog.topics import Topic
 
 
 class RetentionConfig(dg.Config):

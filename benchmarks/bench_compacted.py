@@ -38,12 +38,13 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakelog import consumers, ingest
-from lakelog.compacted import CompactedTable
+from lakelog import consumers
+from lakelog.cdc.compacted import CompactedTable
 from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
-from lakelog.fold import fold
-from lakelog.merge import clustered, read_keys
+from lakelog.lake.squash import fold
+from lakelog.lake.upsert import clustered, read_keys
+from lakelog.log import ingest
 from lakelog.spark.session import create_session
 
 HOT = 100_000

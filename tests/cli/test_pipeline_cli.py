@@ -148,7 +148,7 @@ def test_offset_resets_keep_the_derived_tables_right(project, ran):
         ("no_such_module", "no module named 'no_such_module'"),
         ("signups:nope", "module signups has no attribute 'nope'"),
         ("signups:SIGNUPS", "signups:SIGNUPS is a Topic, not a lakelog Pipeline"),
-        ("lakelog.topics", "module lakelog.topics declares 0 lakelog Pipelines (none)"),
+        ("lakelog.log.topics", "module lakelog.log.topics declares 0 lakelog Pipelines (none)"),
         ("broken", "pipeline module broken: pipeline broken: consumer copies reads undeclared "
                    "topic(s) sign_ups"),
         ("not a module", "--pipeline 'not a module': expected module[:attribute]"),

@@ -14,8 +14,8 @@ from lakelog.assets.maintenance import maintenance_job
 from lakelog.consumers import run_until_caught_up
 from lakelog.demo import shop_cdc
 from lakelog.demo.shop import CONSUMERS, TOPICS
-from lakelog.ingest import produce
-from lakelog.log import partition_states
+from lakelog.log.ingest import produce
+from lakelog.log.offsets import partition_states
 from lakelog.pipeline import Pipeline
 
 PAGE_VIEWS = TOPICS["page_views"]

@@ -13,8 +13,8 @@ from lakelog.consumers import Consumer, Output
 from lakelog.demo import shop, shop_cdc
 from lakelog.demo.pipeline import pipeline as shop_pipeline
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
+from lakelog.log.topics import EventTime, Topic
 from lakelog.pipeline import Pipeline
-from lakelog.topics import EventTime, Topic
 from lakelog.windows import Count, Tumbling, WindowedAggregate
 
 CLICKS = Topic(
@@ -115,3 +115,4 @@ def test_a_consumer_whose_decisions_are_relayed_cannot_be_rebuilt():
     [hazard] = shop_pipeline.rebuild_hazards("aggregate.cart")
     assert "relayed to topic cart_orders" in hazard
     assert shop_pipeline.rebuild_hazards("window.user_sessions") == ()
+

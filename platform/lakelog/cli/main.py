@@ -22,14 +22,15 @@ from typing import Any, NoReturn
 
 from pyspark.sql import functions as F
 
-from lakelog import consumers, ingest
+from lakelog import consumers
 from lakelog.cli.common import emit, lake, now, timestamp
 from lakelog.cli.init import add_init_command
 from lakelog.cli.pipelines import VARIABLE, resolve
 from lakelog.cli.runs import cmd_demo, cmd_offsets_reset, cmd_run
 from lakelog.cli.spark import add_spark_commands
 from lakelog.errors import ConfigError, LakelogError
-from lakelog.log import offsets_for_time, partition_states, read_offsets, topic_snapshot
+from lakelog.log import ingest
+from lakelog.log.offsets import offsets_for_time, partition_states, read_offsets, topic_snapshot
 
 
 class _Parser(argparse.ArgumentParser):
@@ -136,7 +137,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
 
 
 def cmd_compact(args: argparse.Namespace) -> None:
-    from lakelog.log_compaction import compact_topic
+    from lakelog.log.compaction import compact_topic
 
     topic = resolve(args.pipeline).topic(args.topic)
     the_lake = lake(args)
@@ -155,7 +156,7 @@ def _emit_compaction(args: argparse.Namespace, result: Any, verb: str, text: str
 
 
 def cmd_fold(args: argparse.Namespace) -> None:
-    from lakelog.compacted import fold_table
+    from lakelog.cdc.compacted import fold_table
 
     pipeline = resolve(args.pipeline)
     tables = {t.path: t for t in pipeline.compacted_tables if t.merge_on_read}

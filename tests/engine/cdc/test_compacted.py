@@ -8,40 +8,24 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from engine_helpers import CUSTOMERS, ROW, change
 from cdc_helpers import capture_all, connect_sqlite, source_rows
 from pyspark.sql import functions as F
 
-from lakelog import consumers, dead_letters, ingest
+from lakelog import consumers
 from lakelog.cdc import SqliteSource, capture
-from lakelog.changelog import changelog_topic
-from lakelog.compacted import CompactedTable, fold_table, live_rows, purge_tombstones
+from lakelog.cdc.changelog import changelog_topic
+from lakelog.cdc.compacted import CompactedTable, fold_table, live_rows, purge_tombstones
+from lakelog.consumers import resets
 from lakelog.demo import oltp
-from lakelog.lake.merge_on_read import MergeKeys, merge_keys
 from lakelog.lake import EmbeddedLake
+from lakelog.lake.merge_on_read import MergeKeys, merge_keys
+from lakelog.log import dead_letters, ingest
 
-CUSTOMERS = oltp.TABLES[0]
-ROW = CUSTOMERS.spark_schema()
 TOPIC = changelog_topic("customers", ROW, CUSTOMERS.primary_key)
 TABLE = CompactedTable("customers", TOPIC, ROW, CUSTOMERS.primary_key, rows_per_file=3)
 LAYOUTS = ["copy-on-write", "merge-on-read"]
 ISO = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
-
-
-def change(op, key, *, lsn, commit=None, name=None, ts=1_772_366_400_000):
-    row = None if name is None else {
-        "customer_id": key, "name": name, "email": f"{name}@x", "country": "NL",
-        "updated_at": "2026-03-01T12:00:00.000000Z",
-    }
-    key_only = {"customer_id": key, "name": None, "email": None, "country": None,
-                "updated_at": None}
-    return json.dumps({
-        "before": key_only if op in ("u", "d") else None,
-        "after": row if op != "d" else None,
-        "op": op,
-        "ts_ms": ts,
-        "source": {"connector": "postgresql", "name": "shop", "ts_ms": ts, "snapshot": "false",
-                   "table": "customers", "lsn": lsn, "commit_lsn": commit or lsn},
-    })
 
 
 @pytest.fixture(params=LAYOUTS)
@@ -182,7 +166,7 @@ def test_compacted_tables_mirror_a_captured_sqlite_database(spark, tmp_path, sql
     # Replaying every change (offsets reset to the start) leaves the table as it is.
     products = tables["products"]
     before = sorted(live_rows(lake, products).collect())
-    consumers.reset_offsets(lake, products.consumer, topics, to="earliest", now=now)
+    resets.reset_offsets(lake, products.consumer, topics, to="earliest", now=now)
     assert consumers.run_until_caught_up(lake, products.consumer, topics, now=lambda: now)
     assert sorted(live_rows(lake, products).collect()) == before
 

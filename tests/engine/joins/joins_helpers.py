@@ -13,8 +13,8 @@ from pyspark.sql import functions as F
 from lakelog.demo.shop import CLICKS, ORDERS, SEARCHES
 from lakelog.demo.shop_cdc import CHANGELOGS
 from lakelog.joins import WindowJoin, step
-from lakelog.joins.window_step import buffer_schema
-from lakelog.topics import Topic
+from lakelog.joins.matching import buffer_schema
+from lakelog.log.topics import Topic
 
 T0 = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
 CHANGES = CHANGELOGS["cdc.customers"]
@@ -167,7 +167,7 @@ def customer_row(customer: int, name: str | None, *, position: str, deleted: boo
 
 
 def position(lsn: int) -> str:
-    """A changelog position (`lakelog.changelog.position`) of a change at `lsn`."""
+    """A changelog position (`lakelog.cdc.changelog.position`) of a change at `lsn`."""
     return f"{lsn:016X}{lsn:016X}"
 
 
