@@ -143,7 +143,7 @@ def consumer_asset(
             metadata["late_records"] = sum(rows[p] for p in late_outputs) - late_before
         for output in consumer.outputs:
             snapshot = snapshots[output.path]
-            # A merge-on-read table's files hold versions until a fold: its file statistics
+            # A merge-on-read table's files hold versions until a squash: its file statistics
             # count versions, and counting rows would be a resolving read of the whole table.
             extra = ({"stored_versions": rows[output.path]} if output.merge_on_read
                      else {"dagster/row_count": rows[output.path]})

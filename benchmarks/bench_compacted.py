@@ -12,9 +12,9 @@ files the keys fall in, checkpoint. Two change mixes:
 
 Both layouts of the table are measured: ``copy-on-write`` (a batch rewrites the files its keys
 fall in) and ``merge-on-read`` (a batch appends its rows as new versions; reads resolve the
-newest, and a fold compacts). What merge-on-read defers is measured too: a lookup of 10,000
+newest, and a squash compacts). What merge-on-read defers is measured too: a lookup of 10,000
 random keys (what a stream–table join reads) and a count of the live rows of the whole table
-(what a view or a check reads), before and after the fold, and the fold itself.
+(what a view or a check reads), before and after the squash, and the squash itself.
 
 Prints one JSON object; progress on stderr. Example:
 
@@ -42,7 +42,7 @@ from lakelog import consumers
 from lakelog.cdc.compacted import CompactedTable
 from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
-from lakelog.lake.squash import fold
+from lakelog.lake.squash import squash
 from lakelog.lake.upsert import clustered, read_keys
 from lakelog.log import ingest
 from lakelog.spark.session import create_session
@@ -158,11 +158,11 @@ def run(spark: SparkSession, home: str, keys: int, layout: str, args: argparse.N
     result["lookup_s"] = lookup(spark, lake, table, keys)
     result["scan_s"] = scan(lake, table)
     if table.merge_on_read:
-        folded, result["fold_s"] = timed(lambda: fold(lake, table.path,
+        squashed, result["fold_s"] = timed(lambda: squash(lake, table.path,
                                                       rows_per_file=table.rows_per_file))
-        result["fold"] = {"files_before": folded.files_before, "files_folded": folded.files_folded,
-                          "versions_read": folded.versions_read,
-                          "rows_written": folded.rows_written}
+        result["squash"] = {"files_before": squashed.files_before, "files_squashed": squashed.files_squashed,
+                          "versions_read": squashed.versions_read,
+                          "rows_written": squashed.rows_written}
         result["lookup_after_fold_s"] = lookup(spark, lake, table, keys)
         result["scan_after_fold_s"] = scan(lake, table)
     progress(f"  {keys:,} keys, {layout}: {json.dumps({k: v for k, v in result.items() if k != 'mixes'})}")

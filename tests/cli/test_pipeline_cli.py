@@ -111,7 +111,7 @@ def test_every_command_works_on_a_pipeline_of_ones_own(project, ran):
     assert all(r["lag"] == 0 for r in lag)
     compacted = json.loads(lakelog("compact", "signups", "--json").stdout)
     assert compacted["topic"] == "signups" and compacted["version"] is None  # nothing closed yet
-    one_line_error(lakelog("fold", "tables/signups", check=False),
+    one_line_error(lakelog("squash", "tables/signups", check=False),
                    "'tables/signups' is not a merge-on-read table of pipeline signups; those "
                    "are: none")
     one_line_error(lakelog("demo", "--events", "10", check=False),

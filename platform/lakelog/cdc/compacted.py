@@ -11,7 +11,7 @@ applied). Files are clustered by key range, so a batch rewrites only the files i
 That costs what the touched files hold, which for changes spread over all keys is the whole
 table. With ``merge_on_read`` the table is instead a merge-on-read table
 (`lakelog.lake.merge_on_read`): a batch appends its latest rows as new versions (the newest
-position wins when read), and the maintenance job's `fold_table` compacts the versions.
+position wins when read), and the maintenance job's `squash_table` compacts the versions.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from lakelog.cdc.changelog import META, ChangelogTable, change_rows
 from lakelog.consumers import BatchInput, Output
 from lakelog.lake import Lake
 from lakelog.lake.merge_on_read import merge_keys, overlap_groups
-from lakelog.lake.squash import FoldResult, fold
+from lakelog.lake.squash import SquashResult, squash
 from lakelog.lake.upsert import clustered
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def purge_tombstones(lake: Lake, table: CompactedTable, *, now: datetime) -> int
     Only files whose statistics say they hold rows committed before the cutoff are read, and
     only if they hold such a tombstone are they rewritten, in one commit. Of a merge-on-read
     table, only files that overlap no other file's keys qualify (elsewhere an older version of
-    the key could outlive its tombstone): `fold_table` drops the tombstones of the others.
+    the key could outlive its tombstone): `squash_table` drops the tombstones of the others.
     """
     if not lake.exists(table.path):
         return 0
@@ -104,9 +104,9 @@ def expired_tombstones(table: CompactedTable, now: datetime) -> Column:
     return F.col("_deleted") & F.coalesce(F.col("_commit_time") < cutoff, F.lit(False))
 
 
-def fold_table(lake: Lake, table: CompactedTable, *, now: datetime) -> FoldResult:
+def squash_table(lake: Lake, table: CompactedTable, *, now: datetime) -> SquashResult:
     """Squash merge-on-read `table` (`lakelog.lake.squash`), dropping its expired tombstones."""
-    return fold(lake, table.path, rows_per_file=table.rows_per_file,
+    return squash(lake, table.path, rows_per_file=table.rows_per_file,
                 drop=lambda: expired_tombstones(table, now), declared=table.output.merge_keys)
 
 

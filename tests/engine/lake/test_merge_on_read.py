@@ -1,5 +1,5 @@
 """Merge-on-read tables: appended versions, resolved on read (whole, by files, by keys, as a
-change feed), folded by key-overlapping groups, and switched to and from copy-on-write."""
+change feed), squashed by key-overlapping groups, and switched to and from copy-on-write."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pyspark.sql import types as T
 from lakelog.consumers import Output
 from lakelog.errors import ConfigError
 from lakelog.lake.merge_on_read import MergeKeys, merge_keys
-from lakelog.lake.squash import ensure_layout, fold
+from lakelog.lake.squash import ensure_layout, squash
 from lakelog.lake.upsert import clustered, read_keys, upsert
 
 SCHEMA = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.StringType()),
@@ -62,14 +62,14 @@ def test_fold_rewrites_only_overlapping_files_and_keeps_the_rows(spark, lake):
     append(spark, lake, path, [(7, "g", 1)])
     alone = max(lake.snapshot(path).files(), key=lambda f: f.modification_time)
     before = current(lake, path)
-    result = fold(lake, path, rows_per_file=10)
-    assert (result.files_before, result.files_folded) == (3, 2)
+    result = squash(lake, path, rows_per_file=10)
+    assert (result.files_before, result.files_squashed) == (3, 2)
     assert (result.versions_read, result.rows_written) == (5, 3)
     after = lake.snapshot(path)
     assert alone.path in {f.path for f in after.files()}
     assert current(lake, path) == before
     assert lake.read(after, all_versions=True).count() == 4  # one version per key left
-    assert fold(lake, path, rows_per_file=10).version is None  # nothing overlaps any more
+    assert squash(lake, path, rows_per_file=10).version is None  # nothing overlaps any more
 
 
 def test_change_feed_is_the_net_change_of_the_rows(spark, lake):
@@ -88,8 +88,8 @@ def test_change_feed_is_the_net_change_of_the_rows(spark, lake):
     assert feed(v3, v3) == []
     assert feed(v1, v3) == [("insert", 1, "a", v3), ("insert", 2, "b2", v3),
                             ("insert", 3, "c", v3)]
-    v4 = fold(lake, path, rows_per_file=10).version
-    assert feed(v4, v4) == []  # a fold changes no row
+    v4 = squash(lake, path, rows_per_file=10).version
+    assert feed(v4, v4) == []  # a squash changes no row
 
 
 def test_layouts_switch_both_ways_without_changing_rows(spark, lake):
@@ -102,11 +102,11 @@ def test_layouts_switch_both_ways_without_changing_rows(spark, lake):
     assert not ensure_layout(lake, "t", MERGE, rows_per_file=10)
     with pytest.raises(ConfigError, match="keys cannot change"):
         ensure_layout(lake, "t", MergeKeys(("v",), "pos"), rows_per_file=10)
-    # A fold told the declared keys converts a table its consumer has not converted yet.
+    # A squash told the declared keys converts a table its consumer has not converted yet.
     lake.create_table("idle", SCHEMA)
-    assert fold(lake, "idle", rows_per_file=10, declared=MERGE).version is None
+    assert squash(lake, "idle", rows_per_file=10, declared=MERGE).version is None
     assert merge_keys(lake.snapshot("idle").properties) == MERGE
-    # Back to copy-on-write: folded first, so a plain reader sees one row per key.
+    # Back to copy-on-write: squashed first, so a plain reader sees one row per key.
     assert ensure_layout(lake, "t", None, rows_per_file=10)
     snapshot = lake.snapshot("t")
     assert merge_keys(snapshot.properties) is None
@@ -121,4 +121,4 @@ def test_bad_merge_on_read_declarations_are_refused(lake):
         Output("t", SCHEMA, keys=("k",), newer_by="pos", partition_by=("v",), merge_on_read=True)
     lake.create_table("plain", SCHEMA)
     with pytest.raises(ConfigError, match="not a merge-on-read table"):
-        fold(lake, "plain")
+        squash(lake, "plain")
