@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from pyspark.sql import types as T
 
-from lakelog.consumers import Consumer, Output
+from lakelog.consumers import Consumer, Output, Role
 from lakelog.demo import shop, shop_cdc
 from lakelog.demo.pipeline import pipeline as shop_pipeline
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
@@ -116,3 +116,14 @@ def test_a_consumer_whose_decisions_are_relayed_cannot_be_rebuilt():
     assert "relayed to topic cart_orders" in hazard
     assert shop_pipeline.rebuild_hazards("window.user_sessions") == ()
 
+
+def test_outputs_say_their_role_where_they_are_declared():
+    """The Dagster layer reads late records and compacted tables off `Output.role`, so every
+    operator that builds such an output must say so (not leave it to a name or a column)."""
+    outputs = [o for c in shop_pipeline.all_consumers.values() for o in c.outputs]
+    by_role = {role: {o.path for o in outputs if o.role is role} for role in Role}
+    assert by_role[Role.LATE] == {o.path for o in outputs if o.path.endswith("_late")} != set()
+    assert by_role[Role.COMPACTED] == {t.path for t in shop_pipeline.compacted_tables} != set()
+    assert {"streams/cart_rejections", "streams/customer_orders_rejected"} <= by_role[Role.REJECTED]
+    assert all(p.startswith("_state/") for p in by_role[Role.STATE])
+    assert "streams/product_stats" in by_role[Role.DATA]

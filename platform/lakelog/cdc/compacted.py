@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from lakelog.cdc.changelog import META, ChangelogTable, change_rows
-from lakelog.consumers import BatchInput, Output
+from lakelog.consumers import BatchInput, Output, Role
 from lakelog.lake import Lake
 from lakelog.lake.merge_on_read import merge_keys, overlap_groups
 from lakelog.lake.squash import SquashResult, squash
@@ -47,7 +47,8 @@ class CompactedTable(ChangelogTable):
     def output(self) -> Output:
         schema = T.StructType([*self.row.fields, *META])
         return Output(self.path, schema, keys=self.key, newer_by="_position",
-                      rows_per_file=self.rows_per_file, merge_on_read=self.merge_on_read)
+                      rows_per_file=self.rows_per_file, merge_on_read=self.merge_on_read,
+                      role=Role.COMPACTED)
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
         return {self.path: latest_rows(batch.records[self.topic.name], self.row, self.key)}

@@ -1,6 +1,6 @@
 """Consumers: exactly-once microbatches over topics, with committed offsets and lag.
 
-- `consumer` — what a consumer is: its `Output`s, what its transform sees
+- `consumer` — what a consumer is: its `Output`s (each with a `Role`), what its transform sees
   (`BatchInput`) and returns (`Changes`), the `Consumer` declaration;
 - `batch` — one microbatch in its commit order (plan, process, write, commit), and
   `run_until_caught_up`;
@@ -12,7 +12,7 @@
 
 from lakelog.consumers.backlog import PartitionLag, lag
 from lakelog.consumers.batch import BatchResult, make_plan, run_batch, run_until_caught_up
-from lakelog.consumers.consumer import BatchInput, Changes, Consumer, Output
+from lakelog.consumers.consumer import BatchInput, Changes, Consumer, Output, Role
 
 __all__ = [
     "BatchInput",
@@ -21,6 +21,7 @@ __all__ = [
     "Consumer",
     "Output",
     "PartitionLag",
+    "Role",
     "lag",
     "make_plan",
     "run_batch",

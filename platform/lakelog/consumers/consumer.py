@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +24,27 @@ from lakelog.log.topics import Topic
 NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
 
 
+class Role(enum.Enum):
+    """What an output holds, set where the output is declared, so that a reader of outputs
+    (the Dagster layer's metadata) is told rather than guessing from names and columns."""
+
+    #: The derived rows themselves (windows, joined records, aggregates, history).
+    DATA = "data"
+    #: A side output: records left out because they came after their window or state closed.
+    LATE = "late"
+    #: A side output: records or commands refused, with the reason.
+    REJECTED = "rejected"
+    #: The operator's own working state, read back by its next batch (a join buffer, open windows).
+    STATE = "state"
+    #: The current row per key of a changelog, deletes kept as tombstones (``_deleted``) for a
+    #: while: its commits are counted as inserts, updates and deletes.
+    COMPACTED = "compacted"
+
+
 @dataclass(frozen=True)
 class Output:
-    """A table a consumer writes: appended to, or upserted by `keys`.
+    """A table a consumer writes: appended to, or upserted by `keys`; its `role` says what it
+    holds, for whoever reports on it.
 
     An upserted row replaces the stored one only if its `newer_by` column is greater (when set);
     `rows_per_file` clusters the upserted files by key range so that later upserts prune.
@@ -37,6 +56,7 @@ class Output:
     path: str
     schema: T.StructType
     keys: tuple[str, ...] = ()
+    role: Role = Role.DATA
     partition_by: tuple[str, ...] = ()
     newer_by: str | None = None
     rows_per_file: int | None = None

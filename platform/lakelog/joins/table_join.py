@@ -35,7 +35,7 @@ from pyspark.sql import types as T
 
 from lakelog.cdc.changelog import META, change_rows
 from lakelog.cdc.compacted import CompactedTable
-from lakelog.consumers import BatchInput, Changes, Consumer, Output
+from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
 from lakelog.joins.side import check_columns, check_name
 from lakelog.lake.upsert import candidate_files
@@ -103,7 +103,7 @@ class TableJoin:
 
     @property
     def rejected(self) -> Output:
-        return Output(f"streams/{self.name}_rejected", REJECTED)
+        return Output(f"streams/{self.name}_rejected", REJECTED, role=Role.REJECTED)
 
     @property
     def consumer(self) -> Consumer:

@@ -40,7 +40,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.consumers import BatchInput, Changes, Consumer, Output
+from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.errors import ConfigError
 from lakelog.joins import late, matching
@@ -92,12 +92,12 @@ class WindowJoin:
 
     @property
     def late(self) -> Output:
-        return Output(f"streams/{self.name}_late", late.SCHEMA)
+        return Output(f"streams/{self.name}_late", late.SCHEMA, role=Role.LATE)
 
     @property
     def buffer(self) -> Output:
         return Output(f"_state/joins/{self.name}/buffer", matching.buffer_schema(self),
-                      keys=matching.BUFFER_KEY)
+                      keys=matching.BUFFER_KEY, role=Role.STATE)
 
     @property
     def consumer(self) -> Consumer:

@@ -10,7 +10,7 @@ from typing import Literal, get_args
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from lakelog.consumers import Consumer, Output
+from lakelog.consumers import Consumer, Output, Role
 from lakelog.consumers.watermarks import Watermark
 from lakelog.errors import ConfigError
 from lakelog.windows import schemas
@@ -137,13 +137,13 @@ class WindowedAggregate:
             return None
         return Output(
             f"_state/windows/{self.name}", schemas.window_schema(self), keys=self.keys,
-            rows_per_file=self.rows_per_file,
+            rows_per_file=self.rows_per_file, role=Role.STATE,
         )
 
     @property
     def late_records(self) -> Output:
         """``streams/<name>_late``: appended, one row per late record (and window)."""
-        return Output(f"streams/{self.name}_late", schemas.late_schema(self))
+        return Output(f"streams/{self.name}_late", schemas.late_schema(self), role=Role.LATE)
 
     @property
     def consumer(self) -> Consumer:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakelog.consumers import BatchInput, Changes, Consumer, Output
+from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.demo.carts import fold
 from lakelog.demo.carts.schemas import ORDER_EVENT, OUTBOX, REJECTION, STATE
 from lakelog.errors import ConcurrentWriteError, ConfigError
@@ -73,7 +73,7 @@ class CartAggregate:
 
     @property
     def rejections(self) -> Output:
-        return Output(f"streams/{self.name}_rejections", REJECTION)
+        return Output(f"streams/{self.name}_rejections", REJECTION, role=Role.REJECTED)
 
     @property
     def orders(self) -> Output:
