@@ -70,14 +70,14 @@ def buffer_schema(join: WindowJoin) -> T.StructType:
 
 
 @dataclass(frozen=True)
-class Step:
+class Matches:
     joined: DataFrame  # output rows: matches, and unmatched left records whose window closed
     late: DataFrame  # late-table rows
     buffered: DataFrame  # buffer rows to insert or replace
     expired: DataFrame  # buffer keys to delete
 
 
-def step(
+def match_batch(
     join: WindowJoin,
     left: DataFrame,
     right: DataFrame,
@@ -87,7 +87,7 @@ def step(
     after: datetime | None,
     batch: int,
     cache: Callable[[DataFrame], DataFrame] | None = None,
-) -> Step:
+) -> Matches:
     """The outputs of one batch: `left`/`right` are its records, `buffer` the state before it,
     `before`/`after` the watermark before and after it (None: no record seen yet). `cache`
     keeps the rows the outputs are cut from (`BatchInput.cached`); without it they are computed
@@ -154,7 +154,7 @@ def step(
     changed = (is_left & ~closed & (new | (F.col("_now") != F.col("_matched")))) | (
         is_right & new & ~expired
     )
-    return Step(
+    return Matches(
         joined=matches.unionByName(unmatched),
         late=_late(join, rows.where(~joining), before=before, batch=batch),
         buffered=rows.where(changed)

@@ -127,7 +127,7 @@ class WindowJoin:
         return self.watermark.advance(batch.state, top, batch.now)
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:
-        result = matching.step(
+        result = matching.match_batch(
             self,
             batch.records[self.left.topic.name],
             batch.records[self.right.topic.name],

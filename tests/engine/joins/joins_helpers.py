@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from lakelog.demo.shop import CLICKS, ORDERS, SEARCHES
 from lakelog.demo.shop_cdc import CHANGELOGS
-from lakelog.joins import WindowJoin, step
+from lakelog.joins import WindowJoin, match_batch
 from lakelog.joins.matching import buffer_schema
 from lakelog.log.topics import Topic
 
@@ -86,7 +86,7 @@ def click(event_id: str, minute: float, *, query: str | None, session: str = "s1
 
 
 class Steps:
-    """Runs `lakelog.joins.step` batch after batch, keeping the buffer in memory the way the
+    """Runs `lakelog.joins.match_batch` batch after batch, keeping the buffer in memory the way the
     consumer keeps it in its state table (upsert the buffered rows, delete the expired)."""
 
     def __init__(self, spark: SparkSession, join: WindowJoin) -> None:
@@ -108,7 +108,7 @@ class Steps:
     ) -> tuple[list[Row], list[Row]]:
         """One batch: its joined rows and late rows."""
         self.batch += 1
-        result = step(
+        result = match_batch(
             self.join, self.frame(SEARCHES, searches), self.frame(CLICKS, clicks),
             self.spark.createDataFrame(self.buffer, self.schema),
             before=before, after=after, batch=self.batch,

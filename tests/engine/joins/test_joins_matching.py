@@ -1,4 +1,4 @@
-"""Window join, one batch at a time (`lakelog.joins.step`): matches, outer rows, late records."""
+"""Window join, one batch at a time (`lakelog.joins.match_batch`): matches, outer rows, late records."""
 
 from __future__ import annotations
 
