@@ -64,7 +64,7 @@ def timed(work):
 
 
 def lookup(spark: SparkSession, lake: EmbeddedLake, table: CompactedTable, keys: int) -> float:
-    """Seconds to read the current rows of 10,000 distinct random keys (`merge.read_keys`)."""
+    """Seconds to read the current rows of 10,000 distinct random keys (`upsert.read_keys`)."""
     sample = random.Random(7).sample(range(1, keys + 1), min(10_000, keys))
     wanted = spark.createDataFrame([(k,) for k in sample], "customer_id long")
     found, took = timed(lambda: read_keys(lake, lake.snapshot(table.path), wanted,
@@ -158,13 +158,14 @@ def run(spark: SparkSession, home: str, keys: int, layout: str, args: argparse.N
     result["lookup_s"] = lookup(spark, lake, table, keys)
     result["scan_s"] = scan(lake, table)
     if table.merge_on_read:
-        squashed, result["fold_s"] = timed(lambda: squash(lake, table.path,
+        squashed, result["squash_s"] = timed(lambda: squash(lake, table.path,
                                                       rows_per_file=table.rows_per_file))
-        result["squash"] = {"files_before": squashed.files_before, "files_squashed": squashed.files_squashed,
-                          "versions_read": squashed.versions_read,
-                          "rows_written": squashed.rows_written}
-        result["lookup_after_fold_s"] = lookup(spark, lake, table, keys)
-        result["scan_after_fold_s"] = scan(lake, table)
+        result["squash"] = {"files_before": squashed.files_before,
+                            "files_squashed": squashed.files_squashed,
+                            "versions_read": squashed.versions_read,
+                            "rows_written": squashed.rows_written}
+        result["lookup_after_squash_s"] = lookup(spark, lake, table, keys)
+        result["scan_after_squash_s"] = scan(lake, table)
     progress(f"  {keys:,} keys, {layout}: {json.dumps({k: v for k, v in result.items() if k != 'mixes'})}")
     return result
 

@@ -1,7 +1,7 @@
 """The shopping-cart aggregate: a consumer that folds a cart topic's commands into cart state.
 
 Each microbatch reads the stored state of only the carts its records touch
-(`merge.candidate_files` prunes the clustered state files by cart id), folds the batch's commands
+(`lakelog.lake.upsert.candidate_files` prunes the clustered state files by cart id), folds the batch's commands
 onto it (`lakelog.demo.carts.fold`) and writes, as one exactly-once microbatch (`lakelog.consumers`):
 
 - ``streams/<name>_rejections`` — appended: every refused command, with its reason;
