@@ -7,10 +7,10 @@ import dagster as dg
 
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.naming import output_key, topic_key
-from lakelog.carts import CartAggregate, publish_orders, verify
+from lakelog.demo.carts import CartAggregate, publish_orders, verify
 from lakelog.errors import ConsumerBusyError
+from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource
-from lakelog.topics import Topic
 
 
 def orders_relay_asset(aggregate: CartAggregate) -> dg.AssetsDefinition:

@@ -7,17 +7,17 @@ from typing import Optional
 import dagster as dg
 from pydantic import Field
 
-from lakelog import landing
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.naming import capture_key, capture_pool, output_key
-from lakelog.cdc import SourceTable, state
+from lakelog.cdc import SourceTable, checkpoint
 from lakelog.cdc.capture import capture_until_caught_up
+from lakelog.cdc.compacted import CompactedTable
 from lakelog.cdc.lag import capture_lag
-from lakelog.compacted import CompactedTable
+from lakelog.cdc.reconcile import reconcile
 from lakelog.consumers import Consumer, lag
-from lakelog.reconcile import reconcile
+from lakelog.log import landing
+from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource, SourceResource
-from lakelog.topics import Topic
 
 COUNTS_SCHEMA = dg.TableSchema(
     columns=[
@@ -112,7 +112,7 @@ def reconciliation_check(
         now = datetime.now(timezone.utc)
         with engine_errors():
             src = source.open(server_name, tables, root=root)
-            saved = state.load(root, server_name, src.connector)
+            saved = checkpoint.load(root, server_name, src.connector)
             waiting = [] if saved is None else [
                 t for t in writer.topics
                 if landing.pending_files(the_lake, landing.load_manifest(the_lake, t))

@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING, Optional
 import dagster as dg
 from pydantic import Field
 
-from lakelog import checkpoints
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.gates import blocking, describe, verdicts
 from lakelog.assets.metadata import lag_table
 from lakelog.assets.naming import CONSUMER_TAG, consumer_pool, op_name, output_key, topic_key
-from lakelog.compacted import change_counts
-from lakelog.consumers import Consumer, lag, run_until_caught_up
+from lakelog.cdc.compacted import change_counts
+from lakelog.consumers import Consumer, Role, lag, run_until_caught_up
+from lakelog.consumers import checkpoints
+from lakelog.consumers.watermarks import from_us
 from lakelog.errors import ConfigError
+from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource
-from lakelog.topics import Topic
-from lakelog.watermarks import from_us
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -111,7 +111,7 @@ def consumer_asset(
             o.path: the_lake.snapshot(o.path).version if the_lake.exists(o.path) else -1
             for o in consumer.outputs
         }
-        late_outputs = [o.path for o in consumer.outputs if o.path.endswith("_late")]
+        late_outputs = [o.path for o in consumer.outputs if o.role is Role.LATE]
         late_before = sum(_rows(the_lake, p) for p in late_outputs)
         with engine_errors():
             batches = run_until_caught_up(
@@ -143,11 +143,11 @@ def consumer_asset(
             metadata["late_records"] = sum(rows[p] for p in late_outputs) - late_before
         for output in consumer.outputs:
             snapshot = snapshots[output.path]
-            # A merge-on-read table's files hold versions until a fold: its file statistics
+            # A merge-on-read table's files hold versions until a squash: its file statistics
             # count versions, and counting rows would be a resolving read of the whole table.
             extra = ({"stored_versions": rows[output.path]} if output.merge_on_read
                      else {"dagster/row_count": rows[output.path]})
-            if snapshot and "_deleted" in output.schema.fieldNames() and output.newer_by:
+            if snapshot and output.role is Role.COMPACTED:
                 extra.update(
                     change_counts(the_lake, output.path, before[output.path] + 1, snapshot.version)
                 )

@@ -1,4 +1,4 @@
-"""The maintenance job: log retention, compaction of compacted topics, folds of merge-on-read
+"""The maintenance job: log retention, compaction of compacted topics, squashes of merge-on-read
 tables, tombstone purges, vacuum."""
 
 from collections.abc import Mapping, Sequence
@@ -11,12 +11,12 @@ from pydantic import Field
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.metadata import retention_metadata
 from lakelog.assets.naming import output_key, topic_key
-from lakelog.compacted import CompactedTable, fold_table, purge_tombstones
+from lakelog.cdc.compacted import CompactedTable, squash_table, purge_tombstones
 from lakelog.consumers import Consumer
-from lakelog.log_compaction import compact_topic
+from lakelog.log.compaction import compact_topic
+from lakelog.log.retention import enforce_retention
+from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource
-from lakelog.retention import enforce_retention
-from lakelog.topics import Topic
 
 
 class RetentionConfig(dg.Config):
@@ -78,30 +78,30 @@ def maintenance_job(
                 )
             )
 
-    @dg.op(name="fold_tables")
-    def _fold(context: dg.OpExecutionContext, lake: LakeResource) -> None:
-        """Merge-on-read compacted tables are folded to one version per key, dropping their
+    @dg.op(name="squash_tables")
+    def _squash(context: dg.OpExecutionContext, lake: LakeResource) -> None:
+        """Merge-on-read compacted tables are squashed to one version per key, dropping their
         expired tombstones (the purge after it covers files that overlap no other)."""
         the_lake = lake.open()
         for table in compacted:
             if not table.merge_on_read or not the_lake.exists(table.path):
                 continue
             with engine_errors():
-                result = fold_table(the_lake, table, now=datetime.now(timezone.utc))
+                result = squash_table(the_lake, table, now=datetime.now(timezone.utc))
             context.log_event(
                 dg.AssetObservation(
                     asset_key=output_key(table.output),
                     metadata={
-                        "files_folded": result.files_folded,
+                        "files_squashed": result.files_squashed,
                         "versions_read": result.versions_read,
                         "rows_written": result.rows_written,
                         "tombstones_purged": result.rows_dropped,
-                        "fold_ratio": round(result.ratio, 4),
+                        "squash_ratio": round(result.ratio, 4),
                     },
                 )
             )
 
-    @dg.op(name="purge_tombstones", ins={"after_fold": dg.In(dg.Nothing)})
+    @dg.op(name="purge_tombstones", ins={"after_squash": dg.In(dg.Nothing)})
     def _purge(context: dg.OpExecutionContext, lake: LakeResource) -> None:
         """Tombstones older than their table's retention leave the compacted tables."""
         the_lake = lake.open()
@@ -117,11 +117,11 @@ def maintenance_job(
     @dg.job(
         name="maintenance",
         description="Retention and vacuum of every topic's log, compaction of compacted topics, "
-        "folds of merge-on-read tables and tombstone purges of compacted tables.",
+        "squashes of merge-on-read tables and tombstone purges of compacted tables.",
     )
     def _maintenance() -> None:
         _enforce()
         _compact()
-        _purge(after_fold=_fold())
+        _purge(after_squash=_squash())
 
     return _maintenance

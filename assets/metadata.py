@@ -8,8 +8,8 @@ from typing import Any
 import dagster as dg
 
 from lakelog.consumers import PartitionLag
-from lakelog.log import PartitionState
-from lakelog.retention import RetentionResult
+from lakelog.log.offsets import PartitionState
+from lakelog.log.retention import RetentionResult
 
 PARTITION_SCHEMA = dg.TableSchema(
     columns=[

@@ -7,7 +7,7 @@ import re
 import dagster as dg
 
 from lakelog.consumers import Consumer, Output
-from lakelog.topics import Topic
+from lakelog.log.topics import Topic
 
 #: Run and op tag naming the consumer a run advances; deploy/dagster.yaml allows one run per value.
 CONSUMER_TAG = "lakelog/consumer"

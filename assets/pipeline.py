@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from lakelog.assets.partitions import HOUR_KEY
-from lakelog.captured import CapturedSource
-from lakelog.carts import CartAggregate
+from lakelog.cdc.captured import CapturedSource
 from lakelog.cdc.change_streams import ChangeStream
 from lakelog.consumers import Consumer
-from lakelog.topics import Topic
+from lakelog.demo.carts import CartAggregate
+from lakelog.log.topics import Topic
 from lakelog.views import ModelGraph
 
 if TYPE_CHECKING:

@@ -17,14 +17,14 @@ import dagster as dg
 
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.naming import output_key, topic_key
-from lakelog.captured import CapturedSource
-from lakelog.compacted import CompactedTable
-from lakelog.history import HistoryTable
+from lakelog.cdc.captured import CapturedSource
+from lakelog.cdc.compacted import CompactedTable
+from lakelog.cdc.history import HistoryTable
 from lakelog.lake import Lake, Snapshot
+from lakelog.log.topics import Topic
 from lakelog.quality import names
 from lakelog.quality.outcomes import SuiteOutcome
 from lakelog.resources import LakeResource
-from lakelog.topics import Topic
 
 if TYPE_CHECKING:
     from lakelog.quality.scope import Scope

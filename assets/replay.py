@@ -14,10 +14,10 @@ import dagster as dg
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.naming import topic_key
 from lakelog.assets.partitions import HOURLY
-from lakelog.replay import compare, replay_path, replay_windows, retained_from, write_replay
+from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource
-from lakelog.topics import Topic
 from lakelog.windows import WindowedAggregate
+from lakelog.windows.replay import compare, replay_path, replay_windows, retained_from, write_replay
 
 CHECK = "matches_live"
 

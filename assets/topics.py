@@ -17,11 +17,11 @@ from pydantic import Field
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.metadata import partition_table
 from lakelog.assets.naming import INGEST_POOL, topic_key
-from lakelog.ingest import IngestResult, ingest
 from lakelog.lake import Lake
-from lakelog.log import ensure_topic_table, partition_states
+from lakelog.log.ingest import IngestResult, ingest
+from lakelog.log.offsets import ensure_topic_table, partition_states
+from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource, SparkResource
-from lakelog.topics import Topic
 
 INGEST = "ingest"
 

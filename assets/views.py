@@ -19,9 +19,9 @@ from lakelog.assets.partitions import HOUR_KEY, HOURLY
 from lakelog.assets.quality import check_result
 from lakelog.consumers import Consumer
 from lakelog.lake import Lake
+from lakelog.log.topics import Topic
 from lakelog.quality.names import model_checks
 from lakelog.resources import LakeResource, SparkResource
-from lakelog.topics import Topic
 from lakelog.views import Model, ModelGraph, ModelRun, load_models, model_rows, run_model
 
 class ViewConfig(dg.Config):

@@ -12,9 +12,9 @@ files the keys fall in, checkpoint. Two change mixes:
 
 Both layouts of the table are measured: ``copy-on-write`` (a batch rewrites the files its keys
 fall in) and ``merge-on-read`` (a batch appends its rows as new versions; reads resolve the
-newest, and a fold compacts). What merge-on-read defers is measured too: a lookup of 10,000
+newest, and a squash compacts). What merge-on-read defers is measured too: a lookup of 10,000
 random keys (what a stream–table join reads) and a count of the live rows of the whole table
-(what a view or a check reads), before and after the fold, and the fold itself.
+(what a view or a check reads), before and after the squash, and the squash itself.
 
 Prints one JSON object; progress on stderr. Example:
 
@@ -38,12 +38,13 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakelog import consumers, ingest
-from lakelog.compacted import CompactedTable
+from lakelog import consumers
+from lakelog.cdc.compacted import CompactedTable
 from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
-from lakelog.fold import fold
-from lakelog.merge import clustered, read_keys
+from lakelog.lake.squash import squash
+from lakelog.lake.upsert import clustered, read_keys
+from lakelog.log import ingest
 from lakelog.spark.session import create_session
 
 HOT = 100_000
@@ -63,7 +64,7 @@ def timed(work):
 
 
 def lookup(spark: SparkSession, lake: EmbeddedLake, table: CompactedTable, keys: int) -> float:
-    """Seconds to read the current rows of 10,000 distinct random keys (`merge.read_keys`)."""
+    """Seconds to read the current rows of 10,000 distinct random keys (`upsert.read_keys`)."""
     sample = random.Random(7).sample(range(1, keys + 1), min(10_000, keys))
     wanted = spark.createDataFrame([(k,) for k in sample], "customer_id long")
     found, took = timed(lambda: read_keys(lake, lake.snapshot(table.path), wanted,
@@ -157,13 +158,14 @@ def run(spark: SparkSession, home: str, keys: int, layout: str, args: argparse.N
     result["lookup_s"] = lookup(spark, lake, table, keys)
     result["scan_s"] = scan(lake, table)
     if table.merge_on_read:
-        folded, result["fold_s"] = timed(lambda: fold(lake, table.path,
+        squashed, result["squash_s"] = timed(lambda: squash(lake, table.path,
                                                       rows_per_file=table.rows_per_file))
-        result["fold"] = {"files_before": folded.files_before, "files_folded": folded.files_folded,
-                          "versions_read": folded.versions_read,
-                          "rows_written": folded.rows_written}
-        result["lookup_after_fold_s"] = lookup(spark, lake, table, keys)
-        result["scan_after_fold_s"] = scan(lake, table)
+        result["squash"] = {"files_before": squashed.files_before,
+                            "files_squashed": squashed.files_squashed,
+                            "versions_read": squashed.versions_read,
+                            "rows_written": squashed.rows_written}
+        result["lookup_after_squash_s"] = lookup(spark, lake, table, keys)
+        result["scan_after_squash_s"] = scan(lake, table)
     progress(f"  {keys:,} keys, {layout}: {json.dumps({k: v for k, v in result.items() if k != 'mixes'})}")
     return result
 

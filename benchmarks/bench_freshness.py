@@ -42,15 +42,16 @@ import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 
-from lakelog import checkpoints, landing
-from lakelog.carts import decided_through, published_through
-from lakelog.cdc import state as cdc_state
+from lakelog.cdc import checkpoint as capture_checkpoint
+from lakelog.consumers import checkpoints
 from lakelog.consumers import lag
 from lakelog.demo import shop_cdc
+from lakelog.demo.carts import decided_through, published_through
 from lakelog.demo.pipeline import pipeline as shop_pipeline
 from lakelog.demo.shop import CARTS, TOPICS
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
+from lakelog.log import landing
 from lakelog.sensors.pipeline import ACTIVE
 from lakelog.views import why_stale
 
@@ -168,7 +169,7 @@ def behind(root: Path, seq: int) -> list[str]:
     """What has not caught up with sequence `seq` of the shop database and with the landing
     zone yet, upstream first, from metadata as the pipeline sensor sees it."""
     lake = EmbeddedLake(lambda: None, str(root))
-    saved = cdc_state.load(str(root), shop_cdc.SERVER, "sqlite")
+    saved = capture_checkpoint.load(str(root), shop_cdc.SERVER, "sqlite")
     todo = [] if saved and saved.position >= seq and saved.pending is None else ["capture"]
     for name in EVERY_TOPIC:
         manifest = landing.load_manifest(lake, name)

@@ -32,13 +32,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog import consumers, ingest, log
+from lakelog import consumers
 from lakelog.consumers import BatchInput, Consumer, Output
+from lakelog.consumers import resets
 from lakelog.demo import shop
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
+from lakelog.log import ingest, offsets
+from lakelog.log.topics import Topic
 from lakelog.spark.session import create_session
-from lakelog.topics import Topic
 
 INGEST_TARGET = 50_000  # records/s, landing -> log, on 2 cores
 RATIO_TARGET = 1.3  # median batch time with the large history / with the small one
@@ -213,7 +215,7 @@ class Breakdown:
     """Inclusive wall time and call counts of selected engine and Spark functions.
 
     The functions are wrapped at runtime (no engine file changes). Nested entries overlap: the
-    time of `log.append` includes the `EmbeddedLake.write` it calls.
+    time of `offsets.append` includes the `EmbeddedLake.write` it calls.
     """
 
     def __init__(self) -> None:
@@ -274,8 +276,10 @@ def install_breakdown() -> Breakdown:
     from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
     from pyspark.sql.readwriter import DataFrameWriter
 
-    from lakelog import checkpoints, landing, merge, records
-    from lakelog.lake.embedded import DeltaSnapshot
+    from lakelog.consumers import backlog, batch, checkpoints
+    from lakelog.lake import upsert
+    from lakelog.lake.delta_snapshot import DeltaSnapshot
+    from lakelog.log import landing, records
 
     b = Breakdown()
     for module, name in [
@@ -287,18 +291,18 @@ def install_breakdown() -> Breakdown:
         (ingest, "_duplicates"),
         (ingest, "_append_lines"),
         (records, "parse_lines"),
-        (log, "append"),
-        (log, "assign_offsets"),
-        (log, "partition_states"),
-        (log, "read_offsets"),
+        (offsets, "append"),
+        (offsets, "assign_offsets"),
+        (offsets, "partition_states"),
+        (offsets, "read_offsets"),
         (checkpoints, "load"),
         (checkpoints, "save_plan"),
         (checkpoints, "save_commit"),
-        (consumers, "make_plan"),
-        (consumers, "_positions"),
-        (consumers, "_write_output"),
-        (merge, "upsert"),
-        (merge, "candidate_files"),
+        (batch, "make_plan"),
+        (backlog, "positions"),
+        (batch, "_write_output"),
+        (upsert, "upsert"),
+        (upsert, "candidate_files"),
     ]:
         b.patch_function(module, name)
     for name in ("snapshot", "read", "write", "_write_files", "_commit", "write_rows",
@@ -466,7 +470,7 @@ class HistoryLog:
     def append(self, spark: SparkSession, lake: EmbeddedLake, count: int) -> None:
         df = synthetic_events(spark, self.next_id, count, base_ms=self.base_ms,
                               ingest_time=utcnow())
-        done = log.append(lake, self.topic, lambda _snapshot: (df, {}), order_by=["_seq"])
+        done = offsets.append(lake, self.topic, lambda _snapshot: (df, {}), order_by=["_seq"])
         assert done is not None and done[0].records == count, done
         self.next_id += count
 
@@ -551,7 +555,7 @@ def run_history(
     }
     for label, h in logs.items():
         for consumer in runs[label].values():
-            consumers.reset_offsets(lake, consumer, {h.topic.name: h.topic}, to="latest",
+            resets.reset_offsets(lake, consumer, {h.topic.name: h.topic}, to="latest",
                                     now=utcnow())
 
     times: dict[str, dict[str, list[float]]] = {k: {label: [] for label in logs} for k in kinds}

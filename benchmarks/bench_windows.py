@@ -36,16 +36,17 @@ from bench_log import (  # benchmarks/ is on sys.path when this script runs
     Breakdown, Clock, engine_version, install_breakdown, jvm_counters, jvm_heap_flags, jvm_pid,
     memory, progress, rate, sorted_sections, utcnow,
 )
-from lakelog import consumers, ingest
+from lakelog import consumers
+from lakelog.consumers.watermarks import Watermark
 from lakelog.lake import EmbeddedLake
+from lakelog.log import ingest
+from lakelog.log.topics import EventTime, Topic
 from lakelog.spark.session import create_session
-from lakelog.topics import EventTime, Topic
-from lakelog.watermarks import Watermark
 from lakelog.windows import (
     ApproxDistinct, Avg, Count, Max, Min, Sum, Tumbling, WindowedAggregate,
 )
 from lakelog.windows import consumer as window_consumer
-from lakelog.windows import pruning, step
+from lakelog.windows import pruning, updates
 
 RATIO_TARGET = 1.0  # lakelog consumer events/s over the reference's
 WINDOW = timedelta(minutes=1)
@@ -504,7 +505,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_breakdown:
             breakdown = install_breakdown()
             for module, name in [(window_consumer, "advance"), (window_consumer, "transform"),
-                                 (pruning, "files_to_read"), (step, "apply_batch")]:
+                                 (pruning, "files_to_read"), (updates, "apply_batch")]:
                 breakdown.patch_function(module, name)
         report["config"] = {
             "events": args.events, "file_events": args.file_events,

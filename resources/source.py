@@ -9,7 +9,7 @@ import dagster as dg
 from pydantic import Field
 
 from lakelog.cdc import Source, SourceTable
-from lakelog.cdc.sources import open_source
+from lakelog.cdc.connect import open_source
 
 DSN_VARIABLE = "LAKELOG_SOURCE_DSN"
 

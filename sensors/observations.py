@@ -16,9 +16,9 @@ from typing import Any
 import dagster as dg
 
 from lakelog.assets.naming import output_key
-from lakelog.backlog import Backlog
 from lakelog.consumers import Consumer
-from lakelog.watermarks import from_us
+from lakelog.consumers.backlog import Backlog
+from lakelog.consumers.watermarks import from_us
 
 Values = dict[str, int]
 

@@ -18,16 +18,17 @@ from typing import Any
 
 import dagster as dg
 
-from lakelog import checkpoints, landing
 from lakelog.assets.gates import describe, verdicts
 from lakelog.assets.naming import capture_key, output_key, topic_key
 from lakelog.assets.pipeline import LiveGraph
-from lakelog.backlog import Backlog, backlog
-from lakelog.carts import decided_through, published_through
 from lakelog.cdc import change_streams
 from lakelog.cdc.lag import capture_lag
+from lakelog.consumers import checkpoints
+from lakelog.consumers.backlog import Backlog, backlog
+from lakelog.demo.carts import decided_through, published_through
 from lakelog.errors import LakelogError
 from lakelog.lake import Lake
+from lakelog.log import landing
 from lakelog.resources import SourceResource
 from lakelog.views import why_stale
 

@@ -38,4 +38,4 @@ class ChangesUnavailableError(LakelogError):
 
 
 class UnsafeReplayError(LakelogError):
-    """Replaying records into a consumer's outputs would count them twice (`lakelog.resets`)."""
+    """Replaying records into a consumer's outputs would count them twice (`lakelog.consumers.resets`)."""

@@ -17,14 +17,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Union
 
-from lakelog.captured import CapturedSource
-from lakelog.carts import CartAggregate
+from lakelog.cdc.captured import CapturedSource
 from lakelog.cdc.change_streams import ChangeStream
-from lakelog.compacted import CompactedTable
+from lakelog.cdc.compacted import CompactedTable
 from lakelog.consumers import Consumer
+from lakelog.demo.carts import CartAggregate
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
 from lakelog.joins import AsOfJoin, EnrichJoin, TableJoin, WindowJoin
-from lakelog.topics import Topic
+from lakelog.log.topics import Topic
 from lakelog.views import ModelGraph, load_models
 from lakelog.windows import WindowedAggregate
 

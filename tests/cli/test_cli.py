@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from processes import subprocess_env
 
 from lakelog.assets.location import build_location
+from lakelog.cli.main import main
 from lakelog.demo import shop, shop_cdc
 from lakelog.demo.pipeline import pipeline as shop_pipeline
 
@@ -106,11 +107,11 @@ def test_demo_then_lag_and_topics(demo_home):
     assert len(table(home, "streams/orders_as_of")) == len(orders)
 
     # The shop database changed during the demo; its tables in the lake mirror it. The
-    # merge-on-read customers table holds versions of its keys until folded: then a plain Delta
-    # reader (delta-rs here) sees one row per key.
+    # merge-on-read customers table holds versions of its keys until squashed: then a plain
+    # Delta reader (delta-rs here) sees one row per key.
     assert summary["source"] == "sqlite" and summary["source_changes"] > 5000  # snapshot + more
-    folded = json.loads(lakelog("fold", "tables/customers", "--json", home=home).stdout)
-    assert folded["files_folded"] > 1 and folded["versions_read"] > folded["rows_written"]
+    squashed = json.loads(lakelog("squash", "tables/customers", "--json", home=home).stdout)
+    assert squashed["files_squashed"] > 1 and squashed["versions_read"] > squashed["rows_written"]
     conn = sqlite3.connect(home / "sources" / "shop.db")
     for name, compacted in shop_cdc.COMPACTED.items():
         live = [r for r in table(home, compacted.path) if not r["_deleted"]]
@@ -240,8 +241,8 @@ def test_produce_and_tail(tmp_path):
         (["tail", "page_views", "-n", "0"], 2, "-n must be at least 1"),
         (["tail", "page_views", "--from-offset", "x"], 2, "invalid int value"),
         (["frobnicate"], 2, "invalid choice"),
-        (["fold", "tables/products"], 1, "'tables/products' is not a merge-on-read table of "
-                                         "pipeline shop; those are: tables/customers"),
+        (["squash", "tables/products"], 1, "'tables/products' is not a merge-on-read table of "
+                                           "pipeline shop; those are: tables/customers"),
     ],
 )
 def test_errors_are_one_line(tmp_path, args, code, message):
@@ -252,3 +253,13 @@ def test_errors_are_one_line(tmp_path, args, code, message):
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert len([ln for ln in proc.stderr.splitlines() if ln.startswith("lakelog")]) == 1
+
+
+@pytest.mark.parametrize("command", ["squash", "fold"])
+def test_fold_is_a_deprecated_name_of_squash(command, capsys):
+    """`lakelog fold` (the old name) runs `lakelog squash`, with a one-line note on stderr."""
+    assert main([command, "tables/products"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    note = ["lakelog: note: 'fold' is deprecated, use 'lakelog squash'"] if command == "fold" else []
+    assert err == [*note, "lakelog: error: 'tables/products' is not a merge-on-read table of "
+                   "pipeline shop; those are: tables/customers"]

@@ -111,7 +111,7 @@ def test_every_command_works_on_a_pipeline_of_ones_own(project, ran):
     assert all(r["lag"] == 0 for r in lag)
     compacted = json.loads(lakelog("compact", "signups", "--json").stdout)
     assert compacted["topic"] == "signups" and compacted["version"] is None  # nothing closed yet
-    one_line_error(lakelog("fold", "tables/signups", check=False),
+    one_line_error(lakelog("squash", "tables/signups", check=False),
                    "'tables/signups' is not a merge-on-read table of pipeline signups; those "
                    "are: none")
     one_line_error(lakelog("demo", "--events", "10", check=False),
@@ -148,7 +148,7 @@ def test_offset_resets_keep_the_derived_tables_right(project, ran):
         ("no_such_module", "no module named 'no_such_module'"),
         ("signups:nope", "module signups has no attribute 'nope'"),
         ("signups:SIGNUPS", "signups:SIGNUPS is a Topic, not a lakelog Pipeline"),
-        ("lakelog.topics", "module lakelog.topics declares 0 lakelog Pipelines (none)"),
+        ("lakelog.log.topics", "module lakelog.log.topics declares 0 lakelog Pipelines (none)"),
         ("broken", "pipeline module broken: pipeline broken: consumer copies reads undeclared "
                    "topic(s) sign_ups"),
         ("not a module", "--pipeline 'not a module': expected module[:attribute]"),

@@ -13,8 +13,8 @@ from shop_records import SHOP_FILES, land_file
 from processes import TEST_SERVER
 
 from lakelog.demo.shop import TOPICS
-from lakelog.ingest import ingest
 from lakelog.lake import EmbeddedLake
+from lakelog.log.ingest import ingest
 from lakelog.resources import LakeResource, SparkResource
 
 #: Same settings as the session fixture, so the resource's getOrCreate leaves them unchanged.

@@ -9,13 +9,13 @@ import dagster as dg
 import pytest
 from shop_records import SHOP_RECORDS, order, page_view
 
-from lakelog import landing
 from lakelog.assets.location import build_definitions
 from lakelog.assets.partitions import HOURLY
 from lakelog.consumers import lag, run_until_caught_up
 from lakelog.demo.pipeline import pipeline as shop
 from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_windows import WINDOWS
+from lakelog.log import landing
 from lakelog.resources import LakeResource, SourceResource, SparkResource
 
 PAGE_VIEWS = dg.AssetKey(["log", "page_views"])

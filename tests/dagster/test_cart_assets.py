@@ -10,8 +10,8 @@ from shop_records import cart_event
 
 from lakelog.assets.carts import orders_relay_asset, replay_check
 from lakelog.assets.consumers import consumer_asset
-from lakelog.ingest import produce
 from lakelog.demo.shop import CARTS, TOPICS
+from lakelog.log.ingest import produce
 
 ORDERS_TOPIC = dg.AssetKey(["log", "cart_orders"])
 

@@ -11,10 +11,10 @@ import dagster as dg
 import pytest
 
 from lakelog.assets.location import build_definitions
-from lakelog.pipeline import Pipeline
-from lakelog.cdc.sources import sqlite_path
+from lakelog.cdc.connect import sqlite_path
 from lakelog.demo import oltp
 from lakelog.demo.shop_cdc import SHOP
+from lakelog.pipeline import Pipeline
 from lakelog.resources import LakeResource, SourceResource
 from test_automation import NoSpark
 

@@ -9,10 +9,10 @@ import dagster as dg
 import pytest
 from shop_records import SHOP_RECORDS, SHOP_TOTALS
 
-from lakelog import checkpoints
 from lakelog.assets.consumers import consumer_asset, consumer_job
 from lakelog.assets.naming import CONSUMER_TAG
 from lakelog.consumers import BatchInput
+from lakelog.consumers import checkpoints
 from lakelog.demo.shop import CONSUMERS, PRODUCT_STATS, TOPICS, product_stats_transform
 from lakelog.errors import ConfigError
 from lakelog.resources import build_resources

@@ -15,8 +15,8 @@ from lakelog.assets.naming import CONSUMER_TAG
 from lakelog.consumers import Consumer, Output
 from lakelog.demo.pipeline import pipeline as shop_pipeline
 from lakelog.demo.shop import TOPICS
+from lakelog.log.topics import Topic
 from lakelog.pipeline import Pipeline
-from lakelog.topics import Topic
 
 REPO = Path(__file__).resolve().parents[2]
 

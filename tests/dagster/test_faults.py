@@ -19,7 +19,7 @@ from instances import REPO, deploy_instance
 from processes import free_port, stop_group, subprocess_env
 from shop_records import SHOP_FILES, SHOP_RECORDS, SHOP_TOTALS, land_file
 
-from lakelog import checkpoints
+from lakelog.consumers import checkpoints
 from lakelog.demo.shop import PRODUCT_STATS
 from lakelog.lake import EmbeddedLake
 from lakelog.spark.server import ServerConfig, status, stop

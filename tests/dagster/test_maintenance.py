@@ -1,5 +1,5 @@
 """The maintenance job: expired log files removed (past every consumer's offset) and vacuumed;
-merge-on-read tables folded before their tombstones are purged."""
+merge-on-read tables squashed before their tombstones are purged."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from lakelog.assets.maintenance import maintenance_job
 from lakelog.consumers import run_until_caught_up
 from lakelog.demo import shop_cdc
 from lakelog.demo.shop import CONSUMERS, TOPICS
-from lakelog.ingest import produce
-from lakelog.log import partition_states
+from lakelog.log.ingest import produce
+from lakelog.log.offsets import partition_states
 from lakelog.pipeline import Pipeline
 
 PAGE_VIEWS = TOPICS["page_views"]
@@ -82,11 +82,11 @@ def test_maintenance_folds_merge_on_read_tables_then_purges_their_tombstones(
     result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral())
 
     assert result.success
-    # The fold drops the month-old tombstone with its key's older versions; the purge after it
+    # The squash drops the month-old tombstone with its key's older versions; the purge after it
     # finds nothing left in files that overlap no other.
-    [folded] = [e.metadata for e in result.asset_observations_for_node("fold_tables")]
-    assert (folded["files_folded"].value, folded["versions_read"].value,
-            folded["rows_written"].value, folded["tombstones_purged"].value) == (3, 4, 1, 1)
+    [squashed] = [e.metadata for e in result.asset_observations_for_node("squash_tables")]
+    assert (squashed["files_squashed"].value, squashed["versions_read"].value,
+            squashed["rows_written"].value, squashed["tombstones_purged"].value) == (3, 4, 1, 1)
     [purged] = [e.metadata for e in result.asset_observations_for_node("purge_tombstones")]
     assert purged["tombstones_purged"].value == 0
     rows = lake.read(lake.snapshot(table.path), all_versions=True).collect()

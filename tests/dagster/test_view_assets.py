@@ -15,7 +15,7 @@ from lakelog.assets.views import lakelog_tables, view_definitions
 from lakelog.demo.pipeline import MODELS_DIR
 from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_cdc import SHOP
-from lakelog.log import append
+from lakelog.log.offsets import append
 from lakelog.quality import names
 from lakelog.resources import build_resources
 from lakelog.views import ModelError

@@ -11,11 +11,11 @@ from pyspark.sql import functions as F
 
 from lakelog.assets.consumers import consumer_asset
 from lakelog.assets.location import build_definitions
-from lakelog.assets.replay import replay_asset
 from lakelog.assets.naming import output_key
+from lakelog.assets.replay import replay_asset
+from lakelog.consumers.watermarks import Watermark
 from lakelog.demo.shop import TOPICS
 from lakelog.pipeline import Pipeline
-from lakelog.watermarks import Watermark
 from lakelog.windows import Count, Tumbling, WindowedAggregate
 
 VIEWS = WindowedAggregate(

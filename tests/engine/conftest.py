@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from engine_helpers import make_topic
 
-from lakelog.topics import Topic
+from lakelog.log.topics import Topic
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from pyspark.sql import types as T
 
+from lakelog.demo import oltp
 from lakelog.lake import EmbeddedLake
-from lakelog.topics import EventTime, Topic
+from lakelog.log.topics import EventTime, Topic
 
 BASE = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
 
@@ -81,3 +82,26 @@ class CrashAfterCommit(EmbeddedLake):
             self.armed = False
             raise RuntimeError(f"crash after committing {self.path}")
         return version
+
+
+#: A captured source table (the demo shop's customers) for changelog tests.
+CUSTOMERS = oltp.TABLES[0]
+ROW = CUSTOMERS.spark_schema()
+
+
+def change(op, key, *, lsn, commit=None, name=None, ts=1_772_366_400_000):
+    """A Debezium change event of a `CUSTOMERS` row, as JSON."""
+    row = None if name is None else {
+        "customer_id": key, "name": name, "email": f"{name}@x", "country": "NL",
+        "updated_at": "2026-03-01T12:00:00.000000Z",
+    }
+    key_only = {"customer_id": key, "name": None, "email": None, "country": None,
+                "updated_at": None}
+    return json.dumps({
+        "before": key_only if op in ("u", "d") else None,
+        "after": row if op != "d" else None,
+        "op": op,
+        "ts_ms": ts,
+        "source": {"connector": "postgresql", "name": "shop", "ts_ms": ts, "snapshot": "false",
+                   "table": "customers", "lsn": lsn, "commit_lsn": commit or lsn},
+    })

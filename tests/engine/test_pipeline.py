@@ -9,12 +9,12 @@ from datetime import timedelta
 import pytest
 from pyspark.sql import types as T
 
-from lakelog.consumers import Consumer, Output
+from lakelog.consumers import Consumer, Output, Role
 from lakelog.demo import shop, shop_cdc
 from lakelog.demo.pipeline import pipeline as shop_pipeline
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
+from lakelog.log.topics import EventTime, Topic
 from lakelog.pipeline import Pipeline
-from lakelog.topics import EventTime, Topic
 from lakelog.windows import Count, Tumbling, WindowedAggregate
 
 CLICKS = Topic(
@@ -135,3 +135,15 @@ def test_a_change_stream_names_a_keyed_table_the_pipeline_writes():
     assert "streams/nowhere: no consumer of the pipeline writes it" in message
     assert "streams/copy: the table has no keys" in message
     assert "'streams/keyed' is declared more than once" in message
+
+
+def test_outputs_say_their_role_where_they_are_declared():
+    """The Dagster layer reads late records and compacted tables off `Output.role`, so every
+    operator that builds such an output must say so (not leave it to a name or a column)."""
+    outputs = [o for c in shop_pipeline.all_consumers.values() for o in c.outputs]
+    by_role = {role: {o.path for o in outputs if o.role is role} for role in Role}
+    assert by_role[Role.LATE] == {o.path for o in outputs if o.path.endswith("_late")} != set()
+    assert by_role[Role.COMPACTED] == {t.path for t in shop_pipeline.compacted_tables} != set()
+    assert {"streams/cart_rejections", "streams/customer_orders_rejected"} <= by_role[Role.REJECTED]
+    assert all(p.startswith("_state/") for p in by_role[Role.STATE])
+    assert "streams/product_stats" in by_role[Role.DATA]

@@ -10,8 +10,8 @@ from lakelog.cdc.envelope import dumps, event, position
 from lakelog.cdc.errors import CaptureBusyError, CaptureError, SourceUnavailableError
 from lakelog.cdc.postgres import PostgresSource
 from lakelog.cdc.source import ChangeBatch, Snapshot, Source
+from lakelog.cdc.source_tables import SourceColumn, SourceTable
 from lakelog.cdc.sqlite import SqliteSource
-from lakelog.cdc.tables import SourceColumn, SourceTable
 
 __all__ = [
     "CaptureBusyError",

@@ -2,7 +2,7 @@
 
 One `capture` call lands the snapshot if none is landed yet, then one batch of changes (about
 `max_changes`); a caller (a sensor, a schedule, a loop) calls it again to follow the source.
-The same loop serves every `Source`. File names are in `lakelog.cdc.landing`.
+The same loop serves every `Source`. File names are in `lakelog.cdc.change_files`.
 
 Commit order. Each step is durable before the next starts; a crash anywhere is finished by the
 next call (`<p>` is a position label):
@@ -43,9 +43,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from lakelog.cdc import landing, state
+from lakelog.cdc import change_files, checkpoint
+from lakelog.cdc.checkpoint import CaptureState
 from lakelog.cdc.source import Source
-from lakelog.cdc.state import CaptureState
 from lakelog.cdc.values import iso_utc
 from lakelog.errors import ConfigError
 
@@ -87,14 +87,14 @@ def capture(
     root = os.fspath(root)
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     files: list[str] = []
-    with state.locked(root, source.server_name):
-        current = state.load(root, source.server_name, source.connector)
+    with checkpoint.locked(root, source.server_name):
+        current = checkpoint.load(root, source.server_name, source.connector)
         names = tuple(t.name for t in source.tables)
         if current is not None and sorted(current.tables) != sorted(names):
             raise ConfigError(
                 f"capture {source.server_name}: the captured tables changed from "
                 f"{list(current.tables)} to {list(names)}; remove "
-                f"{state.state_path(root, source.server_name)} to land a new snapshot"
+                f"{checkpoint.checkpoint_path(root, source.server_name)} to land a new snapshot"
             )
         before = current.position if current is not None else None
         if current is None:
@@ -111,10 +111,10 @@ def capture(
 def _snapshot(
     source: Source, root: str, now: datetime, lines_per_file: int, counts: dict[str, Counter[str]]
 ) -> CaptureState:
-    landing.discard_staging(root, source.tables)  # 1
+    change_files.discard_staging(root, source.tables)  # 1
     snapshot = source.snapshot(now=now)  # 2
     with closing(snapshot.events) as events:  # 3
-        rows, staging = landing.write_snapshot(
+        rows, staging = change_files.write_snapshot(
             root, source.tables, source.label(snapshot.position), events,
             lines_per_file=lines_per_file,
         )
@@ -122,7 +122,7 @@ def _snapshot(
         source.server_name, source.connector, tuple(t.name for t in source.tables),
         snapshot.position, snapshot.position, staging, None, iso_utc(now),
     )
-    state.save(root, current)  # 4
+    checkpoint.save(root, current)  # 4
     for table, n in rows.items():
         counts[table]["r"] += n
     return current
@@ -130,9 +130,9 @@ def _snapshot(
 
 def _publish(root: str, current: CaptureState, now: datetime, files: list[str]) -> CaptureState:
     for folder in current.staging:
-        files.extend(landing.publish(root, folder))  # 5
+        files.extend(change_files.publish(root, folder))  # 5
     current = replace(current, staging=(), updated_at=iso_utc(now))
-    state.save(root, current)  # 6
+    checkpoint.save(root, current)  # 6
     return current
 
 
@@ -147,7 +147,7 @@ def _stream(
             return current
         end = batch.end
         current = replace(current, pending=end, updated_at=iso_utc(now))
-        state.save(root, current)  # 8
+        checkpoint.save(root, current)  # 8
     else:
         end = current.pending
         batch = source.changes(after, None, upto=end, now=now)  # 7, again
@@ -157,12 +157,12 @@ def _stream(
     first, last = source.label(after), source.label(end)
     for table in source.tables:
         events = by_table.get(table.name)
-        if events and landing.land(root, landing.stream_file(table, first, last), events):  # 9
-            files.append(landing.stream_file(table, first, last))
+        if events and change_files.land(root, change_files.stream_file(table, first, last), events):  # 9
+            files.append(change_files.stream_file(table, first, last))
             counts[table.name].update(e["op"] for e in events)
     source.advance(end)  # 10
     current = replace(current, position=end, pending=None, updated_at=iso_utc(now))
-    state.save(root, current)  # 11
+    checkpoint.save(root, current)  # 11
     return current
 
 

@@ -7,7 +7,7 @@ subscribe to. `ChangeStream` declares one for a keyed table (a compacted table, 
 first publication's snapshot of the rows, then ``c``, ``u``, ``d``), ``ts_ms`` (the table commit's
 time) and ``source`` (``table``: the table's path, ``txId``, ``lsn`` and ``commit_lsn``: the
 table version of the change). The topic is a changelog topic like a captured database's
-(`lakelog.changelog.changelog_topic`): compacted, keyed by the table's key, ordered per key by
+(`lakelog.cdc.changelog.changelog_topic`): compacted, keyed by the table's key, ordered per key by
 table version, so any consumer — a `CompactedTable` that mirrors the table, lakelog's own joins,
 or an outside reader of the Delta table — subscribes to it like to any topic.
 
@@ -35,12 +35,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.changelog import SOURCE, changelog_topic
-from lakelog.consumers import Output
+from lakelog.cdc.changelog import SOURCE, changelog_topic
+from lakelog.consumers import Output, Role
 from lakelog.errors import ChangesUnavailableError, ConfigError, LakelogError
 from lakelog.lake import AppTxn, Lake, Snapshot
-from lakelog.log import append
-from lakelog.topics import Topic
+from lakelog.log.offsets import append
+from lakelog.log.topics import Topic
 
 METADATA_KEY = "lakelog.changeStream"
 ORDER_BY = ("_version", "_key")
@@ -147,7 +147,7 @@ def _check_same_table(lake: Lake, stream: ChangeStream, log: Snapshot, table: Sn
 
 def _own(df: DataFrame, stream: ChangeStream) -> DataFrame:
     """Rows that exist for a reader: a compacted table's tombstones do not."""
-    if "_deleted" in stream.table.schema.fieldNames():
+    if stream.table.role is Role.COMPACTED:
         df = df.where(~F.coalesce(F.col("_deleted"), F.lit(False)))
     return df
 

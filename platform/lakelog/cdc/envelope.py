@@ -38,7 +38,7 @@ from json.encoder import encode_basestring_ascii
 from typing import Any, Literal
 
 from lakelog import __version__
-from lakelog.cdc.tables import SourceTable
+from lakelog.cdc.source_tables import SourceTable
 
 Op = Literal["c", "u", "d", "r"]
 SnapshotFlag = Literal["true", "last", "false"]

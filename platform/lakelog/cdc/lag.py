@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 
-from lakelog.cdc import state
+from lakelog.cdc import checkpoint
 from lakelog.cdc.source import Source
 
 
@@ -25,7 +25,7 @@ class CaptureLag:
 
 def capture_lag(source: Source, root: str | os.PathLike[str], *, now: datetime) -> CaptureLag:
     """Read-only: peeks at the next change, lands nothing and changes nothing at the source."""
-    saved = state.load(os.fspath(root), source.server_name, source.connector)
+    saved = checkpoint.load(os.fspath(root), source.server_name, source.connector)
     head = source.head()
     if saved is None:
         return CaptureLag(None, head, True, 0.0)

@@ -15,7 +15,7 @@ from lakelog.cdc import pgoutput
 from lakelog.cdc.envelope import Origin, event, row_changes
 from lakelog.cdc.errors import CaptureError
 from lakelog.cdc.source import ChangeBatch
-from lakelog.cdc.tables import SourceTable
+from lakelog.cdc.source_tables import SourceTable
 from lakelog.cdc.values import row_to_json
 
 RowChange = Union[pgoutput.Insert, pgoutput.Update, pgoutput.Delete]

@@ -36,7 +36,7 @@ from lakelog.cdc.envelope import Connector, Origin, epoch_ms, event
 from lakelog.cdc.errors import CaptureBusyError, CaptureError, SourceUnavailableError
 from lakelog.cdc.pgdecode import Decoder
 from lakelog.cdc.source import ChangeBatch, DeclaredSource, Snapshot, mark_last
-from lakelog.cdc.tables import NAME, SourceTable
+from lakelog.cdc.source_tables import NAME, SourceTable
 from lakelog.cdc.values import row_to_json
 from lakelog.errors import ConfigError
 

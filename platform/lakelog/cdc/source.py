@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from lakelog.cdc.envelope import Connector
-from lakelog.cdc.tables import SourceTable, table_map
+from lakelog.cdc.source_tables import SourceTable, table_map
 from lakelog.errors import ConfigError
 
 #: Server names appear in file names and in every event's ``source.name``.

@@ -25,7 +25,7 @@ from typing import Any
 from lakelog.cdc.envelope import Connector, Origin, epoch_ms, event, row_changes
 from lakelog.cdc.errors import CaptureError, SourceUnavailableError
 from lakelog.cdc.source import ChangeBatch, DeclaredSource, Snapshot, mark_last
-from lakelog.cdc.tables import SourceTable
+from lakelog.cdc.source_tables import SourceTable
 from lakelog.cdc.values import row_to_json
 from lakelog.errors import ConfigError
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any
 
-from lakelog.cdc.tables import SourceColumn
+from lakelog.cdc.source_tables import SourceColumn
 
 _TRUE = frozenset({"t", "true", "1", "y", "yes", "on"})
 _FALSE = frozenset({"f", "false", "0", "n", "no", "off"})

@@ -22,14 +22,15 @@ from typing import Any, NoReturn
 
 from pyspark.sql import functions as F
 
-from lakelog import consumers, ingest
+from lakelog import consumers
 from lakelog.cli.common import emit, lake, now, timestamp
 from lakelog.cli.init import add_init_command
 from lakelog.cli.pipelines import VARIABLE, resolve
 from lakelog.cli.runs import cmd_demo, cmd_offsets_reset, cmd_run
 from lakelog.cli.spark import add_spark_commands
 from lakelog.errors import ConfigError, LakelogError
-from lakelog.log import offsets_for_time, partition_states, read_offsets, topic_snapshot
+from lakelog.log import ingest
+from lakelog.log.offsets import offsets_for_time, partition_states, read_offsets, topic_snapshot
 
 
 class _Parser(argparse.ArgumentParser):
@@ -136,7 +137,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
 
 
 def cmd_compact(args: argparse.Namespace) -> None:
-    from lakelog.log_compaction import compact_topic
+    from lakelog.log.compaction import compact_topic
 
     topic = resolve(args.pipeline).topic(args.topic)
     the_lake = lake(args)
@@ -154,8 +155,8 @@ def _emit_compaction(args: argparse.Namespace, result: Any, verb: str, text: str
          text + ("" if result.version is not None else f"; nothing to {verb}"))
 
 
-def cmd_fold(args: argparse.Namespace) -> None:
-    from lakelog.compacted import fold_table
+def cmd_squash(args: argparse.Namespace) -> None:
+    from lakelog.cdc.compacted import squash_table
 
     pipeline = resolve(args.pipeline)
     tables = {t.path: t for t in pipeline.compacted_tables if t.merge_on_read}
@@ -164,10 +165,10 @@ def cmd_fold(args: argparse.Namespace) -> None:
         raise ConfigError(f"{args.table!r} is not a merge-on-read table of pipeline "
                           f"{pipeline.name}; those are: "
                           f"{', '.join(sorted(tables)) or 'none'}")
-    result = fold_table(lake(args), table, now=now())
+    result = squash_table(lake(args), table, now=now())
     _emit_compaction(
-        args, result, "fold",
-        f"{table.path}: {result.files_folded} of {result.files_before} files folded, "
+        args, result, "squash",
+        f"{table.path}: {result.files_squashed} of {result.files_before} files squashed, "
         f"{result.versions_read:,} versions -> {result.rows_written:,} rows "
         f"({result.rows_dropped:,} expired tombstones dropped)",
     )
@@ -215,10 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("topic")
     compact.set_defaults(func=cmd_compact)
 
-    fold = sub.add_parser("fold", parents=[common],
-                          help="fold a merge-on-read table (one version per key)")
-    fold.add_argument("table", help="its path, e.g. tables/customers")
-    fold.set_defaults(func=cmd_fold)
+    squash = sub.add_parser("squash", parents=[common],
+                            help="squash a merge-on-read table (one version per key)")
+    squash.add_argument("table", help="its path, e.g. tables/customers")
+    squash.set_defaults(func=cmd_squash)
 
     sub.add_parser("topics", parents=[common], help="topics with offsets per log partition").set_defaults(func=cmd_topics)
 
@@ -259,7 +260,15 @@ def _source_dsn(parser: argparse.ArgumentParser) -> None:
                         "$LAKELOG_SOURCE_DSN, else SQLite under the home)")
 
 
+#: Commands renamed, old name -> new: the old name still works, with a note on stderr.
+RENAMED = {"fold": "squash"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in RENAMED:
+        old, argv[0] = argv[0], RENAMED[argv[0]]
+        print(f"lakelog: note: '{old}' is deprecated, use 'lakelog {argv[0]}'", file=sys.stderr)
     args = build_parser().parse_args(argv)
     if getattr(args, "n", 1) is not None and getattr(args, "n", 1) < 1:
         print("lakelog: error: -n must be at least 1", file=sys.stderr)

@@ -136,7 +136,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def cmd_offsets_reset(args: argparse.Namespace) -> None:
-    from lakelog.resets import rebuild_consumer, reset_consumer
+    from lakelog.consumers.resets import rebuild_consumer, reset_consumer
 
     pipeline = resolve(args.pipeline)
     consumer = pipeline.consumer(args.consumer)

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Literal
 
-from lakelog.cdc.tables import SourceColumn, SourceTable
+from lakelog.cdc.source_tables import SourceColumn, SourceTable
 from lakelog.demo.workload import ADJECTIVES, NOUNS
 from lakelog.errors import ConfigError
 

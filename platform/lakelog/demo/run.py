@@ -30,7 +30,7 @@ from lakelog.demo.workload import TOPICS as WORKLOAD_TOPICS
 from lakelog.demo.workload import Workload
 from lakelog.errors import ConfigError, LakelogError
 from lakelog.lake import Lake
-from lakelog.log import partition_states
+from lakelog.log.offsets import partition_states
 
 if TYPE_CHECKING:
     from dagster import AssetKey

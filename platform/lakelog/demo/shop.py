@@ -12,9 +12,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.carts import CartAggregate
 from lakelog.consumers import BatchInput, Consumer, Output
-from lakelog.topics import EventTime, Retention, Topic
+from lakelog.demo.carts import CartAggregate
+from lakelog.log.topics import EventTime, Retention, Topic
 
 PARTITIONS = 4
 
@@ -194,7 +194,7 @@ PRODUCT_STATS_CONSUMER = Consumer(
 )
 
 #: The shopping cart as an event-sourced aggregate of the cart_events commands; its checkouts
-#: become orders, published to the topic ``cart_orders`` by `lakelog.carts.publish_orders`.
+#: become orders, published to the topic ``cart_orders`` by `lakelog.demo.carts.publish_orders`.
 CARTS = CartAggregate()
 
 CONSUMERS: dict[str, Consumer] = {c.name: c for c in (PRODUCT_STATS_CONSUMER, CARTS.consumer)}

@@ -16,14 +16,15 @@ import psycopg
 
 from pyspark.sql import SparkSession
 
-from lakelog import consumers, ingest
-from lakelog.captured import captured_source
+from lakelog import consumers
 from lakelog.cdc import Source
 from lakelog.cdc.capture import capture_until_caught_up
+from lakelog.cdc.captured import captured_source
+from lakelog.cdc.connect import open_source, sqlite_path
 from lakelog.cdc.errors import SourceUnavailableError
-from lakelog.cdc.sources import open_source, sqlite_path
 from lakelog.demo import oltp
 from lakelog.lake import Lake
+from lakelog.log import ingest
 
 #: Customers change anywhere in the table (any customer may edit a profile), so their compacted
 #: table is merge-on-read: a batch costs its changes, not the table (benchmarks/bench_compacted).

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from lakelog.consumers.watermarks import Watermark
 from lakelog.demo.shop import CLICKS, ORDERS, SEARCHES
 from lakelog.demo.shop_cdc import COMPACTED, HISTORY
 from lakelog.joins import AsOfJoin, EnrichJoin, Side, TableJoin, WindowJoin
-from lakelog.watermarks import Watermark
 
 CUSTOMER_KEY = "try_cast(substr(user_id, 3) as bigint)"
 CUSTOMER_COLUMNS = (("name", "name"), ("email", "email"), ("country", "country"))

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.watermarks import Watermark
+from lakelog.consumers.watermarks import Watermark
 from lakelog.windows import (
     ApproxDistinct,
     Avg,

@@ -11,22 +11,22 @@ from lakelog.joins.as_of import AsOfJoin, join_as_of
 from lakelog.joins.enrich import EnrichJoin, enrich
 from lakelog.joins.late import REASONS, Reason
 from lakelog.joins.lookup import Lookup
+from lakelog.joins.matching import Matches, match_batch
 from lakelog.joins.side import Side
 from lakelog.joins.table_join import TableJoin
 from lakelog.joins.window_join import WindowJoin
-from lakelog.joins.window_step import Step, step
 
 __all__ = [
     "REASONS",
     "AsOfJoin",
     "EnrichJoin",
     "Lookup",
+    "Matches",
     "Reason",
     "Side",
-    "Step",
     "TableJoin",
     "WindowJoin",
     "enrich",
     "join_as_of",
-    "step",
+    "match_batch",
 ]

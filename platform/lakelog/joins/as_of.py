@@ -7,7 +7,7 @@ does not change the record's result, and a record that arrives late still joins 
 that was valid at its event time. Before the row's first version, during a deletion, and for an
 unknown key the table columns are null and `found` false (left join: no record dropped).
 
-Only the versions of the batch's keys are read (`lakelog.merge.read_keys` prunes the history's
+Only the versions of the batch's keys are read (`lakelog.lake.upsert.read_keys` prunes the history's
 files, which are clustered by key), and the join is on the key with the interval as a condition
 of that equi-join — no cartesian product. Should intervals ever overlap (source commit times
 going backwards), the version with the greatest changelog position wins, so a record still gets
@@ -26,9 +26,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from lakelog.cdc.history import HistoryTable
 from lakelog.consumers import BatchInput
 from lakelog.errors import ConfigError
-from lakelog.history import HistoryTable
 from lakelog.joins.lookup import Lookup
 
 

@@ -2,7 +2,7 @@
 
 The consumer ``join.<name>`` reads the stream and, per microbatch, the compacted table
 (``tables/<table>``) as it is when the batch is processed — only the files that can hold the
-batch's keys (`lakelog.merge.read_keys`). It is a processing-time join, like a Kafka Streams
+batch's keys (`lakelog.lake.upsert.read_keys`). It is a processing-time join, like a Kafka Streams
 stream–table join: a record sees the table as of its processing, not as of its event time (that
 is `lakelog.joins.as_of`), and a retried batch reads the table as it is at the retry. Rows
 already written are never revised by later table changes.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakelog.compacted import CompactedTable
+from lakelog.cdc.compacted import CompactedTable
 from lakelog.consumers import BatchInput
 from lakelog.errors import ConfigError
 from lakelog.joins.lookup import Lookup

@@ -19,11 +19,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.changelog import ChangelogTable
+from lakelog.cdc.changelog import ChangelogTable
 from lakelog.consumers import BatchInput, Consumer, Output
 from lakelog.errors import ConfigError
 from lakelog.joins.side import TRAILER, Side, check_columns, check_name, trailer
-from lakelog.merge import read_keys
+from lakelog.lake.upsert import read_keys
 
 
 @dataclass(frozen=True)

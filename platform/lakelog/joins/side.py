@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog.errors import ConfigError
-from lakelog.topics import Topic
+from lakelog.log.topics import Topic
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 

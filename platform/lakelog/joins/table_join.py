@@ -4,7 +4,7 @@ current row of a captured table, e.g. per customer their orders and their attrib
 Both tables are read as their change streams by one consumer, ``join.<name>``: the fact topic
 (each fact adds to its key's totals) and the table's changelog (``cdc.<table>``: each change
 replaces its key's attributes). A microbatch touches only the keys its records name: it reads
-their stored rows (`lakelog.merge.candidate_files`, the output being clustered by key),
+their stored rows (`lakelog.lake.upsert.candidate_files`, the output being clustered by key),
 combines them with the batch's facts and changes in one aggregation per key (`combine`), and
 upserts them into the files it read —
 so the output always equals a batch join of (all facts with a key, aggregated per key) with
@@ -33,13 +33,13 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.changelog import META, change_rows
-from lakelog.compacted import CompactedTable
-from lakelog.consumers import BatchInput, Changes, Consumer, Output
+from lakelog.cdc.changelog import META, change_rows
+from lakelog.cdc.compacted import CompactedTable
+from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
 from lakelog.joins.side import check_columns, check_name
-from lakelog.merge import candidate_files
-from lakelog.topics import Topic
+from lakelog.lake.upsert import candidate_files
+from lakelog.log.topics import Topic
 
 MONEY = T.DecimalType(18, 2)
 
@@ -103,7 +103,7 @@ class TableJoin:
 
     @property
     def rejected(self) -> Output:
-        return Output(f"streams/{self.name}_rejected", REJECTED)
+        return Output(f"streams/{self.name}_rejected", REJECTED, role=Role.REJECTED)
 
     @property
     def consumer(self) -> Consumer:

@@ -2,7 +2,7 @@
 
 A right record joins a left record with equal `keys` whose event time lies in
 ``[left_time, left_time + within]``. The consumer ``join.<name>`` reads both topics and writes,
-per microbatch (`lakelog.joins.window_step` has the rules step by step):
+per microbatch (`lakelog.joins.matching` has the rules step by step):
 
 - ``streams/<name>`` (appended) — one row per (left, right) match, in the first batch in which
   both have been seen, in either arrival order; and one row per left record that matched
@@ -18,7 +18,7 @@ per microbatch (`lakelog.joins.window_step` has the rules step by step):
   state holds the last ``within + lateness`` of the left stream and the last ``lateness`` of
   the right one (in event time), however long the join runs.
 
-The watermark (`lakelog.watermarks`, in the consumer's checkpoint) is the greatest event time
+The watermark (`lakelog.consumers.watermarks`, in the consumer's checkpoint) is the greatest event time
 seen on either input minus `watermark.lateness`. A record older than the watermark before its
 batch is late. In particular a right record for a left record whose window already closed is
 always late (the window closed because the watermark passed ``left_time + within``, which is at
@@ -40,12 +40,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.consumers import BatchInput, Changes, Consumer, Output
+from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
+from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.errors import ConfigError
-from lakelog.joins import late, window_step
+from lakelog.joins import late, matching
 from lakelog.joins.side import TRAILER, Side, check_columns, check_name
-from lakelog.log import RangeStats
-from lakelog.watermarks import Watermark, watermark_of
+from lakelog.log.offsets import RangeStats
 
 
 @dataclass(frozen=True)
@@ -92,12 +92,12 @@ class WindowJoin:
 
     @property
     def late(self) -> Output:
-        return Output(f"streams/{self.name}_late", late.SCHEMA)
+        return Output(f"streams/{self.name}_late", late.SCHEMA, role=Role.LATE)
 
     @property
     def buffer(self) -> Output:
-        return Output(f"_state/joins/{self.name}/buffer", window_step.buffer_schema(self),
-                      keys=window_step.BUFFER_KEY)
+        return Output(f"_state/joins/{self.name}/buffer", matching.buffer_schema(self),
+                      keys=matching.BUFFER_KEY, role=Role.STATE)
 
     @property
     def consumer(self) -> Consumer:
@@ -127,7 +127,7 @@ class WindowJoin:
         return self.watermark.advance(batch.state, top, batch.now)
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:
-        result = window_step.step(
+        result = matching.match_batch(
             self,
             batch.records[self.left.topic.name],
             batch.records[self.right.topic.name],

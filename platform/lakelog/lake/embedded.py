@@ -36,75 +36,12 @@ from lakelog.errors import (
 )
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
 from lakelog.lake.changes import commit_timestamp, net_changes, read_changes
+from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
-from lakelog.lake.schema import delta_schema_json, describe_mismatch, spark_schema, widen
+from lakelog.lake.schema import delta_schema_json, describe_mismatch, widen
 from lakelog.lake.stats import partition_values, stats_json
 
 STAGING = "_staging"
-
-
-class DeltaSnapshot:
-    """A Delta table loaded at one version by delta-rs."""
-
-    def __init__(
-        self, path: str, table: DeltaTable, cache: dict[str, tuple[int, list[DataFile]]]
-    ) -> None:
-        self.path = path
-        self.table = table
-        self.version: int = table.version()
-        self._cache = cache
-
-    @property
-    def schema(self) -> StructType:
-        return spark_schema(self.table.schema().to_json())
-
-    @property
-    def partition_columns(self) -> list[str]:
-        return list(self.table.metadata().partition_columns)
-
-    @property
-    def table_id(self) -> str:
-        return self.table.metadata().id
-
-    @property
-    def properties(self) -> Mapping[str, str]:
-        return dict(self.table.metadata().configuration)
-
-    def files(self) -> list[DataFile]:
-        """The version's data files; a version never changes, so the list is kept per table."""
-        cached = self._cache.get(self.path)
-        if cached is None or cached[0] != self.version:
-            cached = (self.version, _data_files(pa.table(self.table.get_add_actions(flatten=True))))
-            self._cache[self.path] = cached
-        return list(cached[1])
-
-    def txn_version(self, app_id: str) -> int | None:
-        return self.table.transaction_version(app_id)
-
-
-def _data_files(actions: pa.Table) -> list[DataFile]:
-    names = actions.column_names
-    groups: dict[str, list[tuple[str, str]]] = {
-        "min": [], "max": [], "partition": [], "null_count": []}
-    for name in names:
-        prefix, _, column = name.partition(".")
-        if prefix in groups and column:
-            groups[prefix].append((name, column))
-    files = []
-    for row in actions.to_pylist():
-        files.append(
-            DataFile(
-                path=row["path"],
-                size=row["size_bytes"],
-                num_records=row.get("num_records") or 0,
-                partition_values={c: row[n] for n, c in groups["partition"]},
-                min_values={c: row[n] for n, c in groups["min"] if row[n] is not None},
-                max_values={c: row[n] for n, c in groups["max"] if row[n] is not None},
-                modification_time=row["modification_time"],
-                null_counts={c: row[n] for n, c in groups["null_count"] if row[n] is not None},
-            )
-        )
-    return files
 
 
 class EmbeddedLake:

@@ -5,10 +5,10 @@ microbatch adds a file of its rows without reading the table, so its cost follow
 whatever the table's size. A reader sees, per key, only the version with the greatest `newer_by`
 value — the row a copy-on-write upsert with the same rule would have left. Versions of one key
 can only be in files whose key ranges overlap, so a read of some files resolves them against the
-files overlapping those (`closure`), and `lakelog.fold` rewrites groups of overlapping files into
+files overlapping those (`closure`), and `lakelog.lake.squash` rewrites groups of overlapping files into
 one version per key, which keeps reads cheap and drops the old versions. This is Hudi's
 merge-on-read table type, or Iceberg's equality deletes, on plain Delta files: a Delta reader that
-does not resolve the versions itself (newest per key) sees all of them until a fold.
+does not resolve the versions itself (newest per key) sees all of them until a squash.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def current_rows(
     only of the keys in `keys` if given.
 
     `read_files` reads files with the `FILE` column. Only files whose key ranges overlap need
-    resolving (a folded table has none), and `keys` is applied before the resolution, so a
+    resolving (a squashed table has none), and `keys` is applied before the resolution, so a
     lookup of a few keys sorts only their versions."""
     column = merge.keys[0]
     wanted = list(files) if chosen is None else closure(files, chosen, column)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 
 from lakelog.lake import Lake, Snapshot
-from lakelog.log import partition_states
+from lakelog.log.offsets import partition_states
+from lakelog.log.topics import Topic
 from lakelog.quality.suites import Suite, topic_suite
-from lakelog.topics import Topic
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,12 @@ from typing import Any
 
 from pyspark.sql.types import StructType
 
-from lakelog.compacted import CompactedTable
+from lakelog.cdc.compacted import CompactedTable
+from lakelog.cdc.history import HistoryTable
 from lakelog.errors import ConfigError
-from lakelog.history import HistoryTable
+from lakelog.log.topics import Topic
 from lakelog.quality import names
 from lakelog.quality.gx import Expectation, gxe
-from lakelog.topics import Topic
 from lakelog.views.models import Model
 
 

@@ -10,7 +10,7 @@ from lakelog.views.evaluate import evaluate
 from lakelog.views.graph import ModelGraph, load_models
 from lakelog.views.materialize import ModelRun, model_rows, run_model
 from lakelog.views.models import Model, ModelConfig
-from lakelog.views.state import why_stale
+from lakelog.views.progress import why_stale
 
 __all__ = [
     "Model", "ModelConfig", "ModelError", "ModelGraph", "ModelRun", "ModelRunError", "evaluate",

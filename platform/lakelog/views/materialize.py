@@ -47,7 +47,7 @@ from lakelog.views.incremental import (
     utc,
 )
 from lakelog.views.models import Model
-from lakelog.views.state import load_state, state_txns
+from lakelog.views.progress import load_state, state_txns
 
 Mode = Literal["view", "full", "incremental", "unchanged"]
 

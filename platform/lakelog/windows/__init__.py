@@ -18,7 +18,7 @@ from lakelog.windows.aggregates import (
 )
 from lakelog.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKind
 from lakelog.windows.spec import Emit, LatePolicy, Prepare, WindowedAggregate
-from lakelog.windows.step import Update, apply_batch, batch_windows
+from lakelog.windows.updates import Update, apply_batch, batch_windows
 
 __all__ = [
     "Aggregation",

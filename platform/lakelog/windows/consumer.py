@@ -6,10 +6,10 @@ Per microbatch (`lakelog.consumers.run_batch` does the plan, the writes and the 
    them, before `prepare` filters any), or with the wall clock when an idle tick runs an empty
    batch; the state is committed with the batch, so a retry sees the same watermarks. Without
    `prepare` the records are the events, and `advance` finds that time in the events' first
-   pass (`step.scan`), which `transform` then reuses.
-2. `transform` scans the events once (`step.scan`: their event-time span and, for tumbling and
+   pass (`updates.scan`), which `transform` then reuses.
+2. `transform` scans the events once (`updates.scan`: their event-time span and, for tumbling and
    hopping windows, the batch's partials), reads only the stored windows the batch can change or
-   finalize (`pruning`), computes `step.apply_batch`, and returns the outputs in commit order:
+   finalize (`pruning`), computes `updates.apply_batch`, and returns the outputs in commit order:
    the late rows first (None, an empty commit, when the scan found none), then
    ``streams/<name>``, then (final mode) the state. The table the transform reads is committed
    last, so a retry after a partial write recomputes from unchanged input.
@@ -33,20 +33,20 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Changes, Consumer
+from lakelog.consumers.watermarks import from_us, to_us, watermark_of
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
 from lakelog.lake.base import is_small
-from lakelog.log import RangeStats
-from lakelog.watermarks import from_us, to_us, watermark_of
-from lakelog.windows.pruning import files_to_read
+from lakelog.log.offsets import RangeStats
 from lakelog.windows.kinds import Sliding
-from lakelog.windows.step import Scanned, Update, apply_batch, known, scan
+from lakelog.windows.pruning import files_to_read
+from lakelog.windows.updates import Scanned, Update, apply_batch, known, scan
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
 
 
-#: The `step.scan` of the batch's events, when `advance` made it (see `BatchInput.scratch`).
+#: The `updates.scan` of the batch's events, when `advance` made it (see `BatchInput.scratch`).
 SCANNED = "window.scanned"
 
 

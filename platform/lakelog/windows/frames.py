@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, WindowSpec
 from pyspark.sql import functions as F
 
 from lakelog.errors import ConfigError
-from lakelog.windows import tables
+from lakelog.windows import schemas
 from lakelog.windows.kinds import Session, Sliding
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def final_at(end: Column, watermark_us: int | None) -> Column:
 
 def finish(agg: WindowedAggregate, windows: DataFrame, *, batch: int) -> DataFrame:
     """Windows in working form as table rows written by `batch`."""
-    schema = tables.window_schema(agg)
+    schema = schemas.window_schema(agg)
     start = F.col(START)
     derived = {
         "window_start": ts(START),

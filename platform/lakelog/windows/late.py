@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from lakelog.windows import tables
+from lakelog.windows import schemas
 from lakelog.windows.frames import END, START, ts
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def late_rows(
 ) -> DataFrame:
     """Rows of the ``_late`` table for `events` (working form, with ``_start_us``/``_end_us``
     when `with_window`)."""
-    schema = tables.late_schema(agg)
+    schema = schemas.late_schema(agg)
     values = {
         "window_start": ts(START) if with_window else ts(None),
         "window_end": ts(END) if with_window else ts(None),

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from lakelog.consumers.watermarks import from_us
 from lakelog.lake import DataFile
-from lakelog.watermarks import from_us
 from lakelog.windows.kinds import Session, Sliding
 
 if TYPE_CHECKING:

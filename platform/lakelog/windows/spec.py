@@ -10,10 +10,10 @@ from typing import Literal, get_args
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from lakelog.consumers import Consumer, Output
+from lakelog.consumers import Consumer, Output, Role
+from lakelog.consumers.watermarks import Watermark
 from lakelog.errors import ConfigError
-from lakelog.watermarks import Watermark
-from lakelog.windows import tables
+from lakelog.windows import schemas
 from lakelog.windows.aggregates import Aggregation
 from lakelog.windows.consumer import build_consumer
 from lakelog.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKind
@@ -80,7 +80,7 @@ class WindowedAggregate:
         if self.late not in get_args(LatePolicy):
             raise ConfigError(f"{where}: late must be 'drop' or 'correct', got {self.late!r}")
         if not isinstance(self.watermark, Watermark):
-            raise ConfigError(f"{where}: watermark must be a lakelog.watermarks.Watermark")
+            raise ConfigError(f"{where}: watermark must be a lakelog.consumers.watermarks.Watermark")
         if self.prepare is None and len(self.topics) != 1:
             raise ConfigError(f"{where}: reads {len(self.topics)} topics, so it needs a prepare")
         if self.max_records_per_batch < 1:
@@ -97,12 +97,12 @@ class WindowedAggregate:
                     f"{where}: group-by column {name!r} must be lowercase letters, digits and '_'"
                 )
         names = [f.name for f in self.group_fields] + [a.name for a in self.aggregates]
-        reserved = sorted(set(names) & set(tables.RESERVED))
+        reserved = sorted(set(names) & set(schemas.RESERVED))
         if reserved:
             raise ConfigError(
                 f"{where}: {', '.join(reserved)} are column names of the window table"
             )
-        columns = [f.name for f in tables.window_schema(self).fields]
+        columns = [f.name for f in schemas.window_schema(self).fields]
         duplicates = sorted({c for c in columns if columns.count(c) > 1})
         if duplicates:
             raise ConfigError(f"{where}: column names used twice: {', '.join(duplicates)}")
@@ -120,13 +120,13 @@ class WindowedAggregate:
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return tables.keys(self)
+        return schemas.keys(self)
 
     @property
     def windows(self) -> Output:
         """``streams/<name>``: every window (update) or the final ones (final)."""
         return Output(
-            f"streams/{self.name}", tables.window_schema(self), keys=self.keys,
+            f"streams/{self.name}", schemas.window_schema(self), keys=self.keys,
             rows_per_file=self.rows_per_file,
         )
 
@@ -136,14 +136,14 @@ class WindowedAggregate:
         if self.emit != "final":
             return None
         return Output(
-            f"_state/windows/{self.name}", tables.window_schema(self), keys=self.keys,
-            rows_per_file=self.rows_per_file,
+            f"_state/windows/{self.name}", schemas.window_schema(self), keys=self.keys,
+            rows_per_file=self.rows_per_file, role=Role.STATE,
         )
 
     @property
     def late_records(self) -> Output:
         """``streams/<name>_late``: appended, one row per late record (and window)."""
-        return Output(f"streams/{self.name}_late", tables.late_schema(self))
+        return Output(f"streams/{self.name}_late", schemas.late_schema(self), role=Role.LATE)
 
     @property
     def consumer(self) -> Consumer:

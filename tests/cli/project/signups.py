@@ -11,9 +11,9 @@ from pathlib import Path
 from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Consumer, Output
+from lakelog.consumers.watermarks import Watermark
+from lakelog.log.topics import Compaction, EventTime, Topic
 from lakelog.pipeline import Pipeline
-from lakelog.topics import Compaction, EventTime, Topic
-from lakelog.watermarks import Watermark
 from lakelog.windows import Count, Tumbling, WindowedAggregate
 
 SIGNUPS = Topic(

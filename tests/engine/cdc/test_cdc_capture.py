@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from cdc_helpers import Crash, assert_mirrors, capture_all, connect_sqlite, crash_on, visible_files
 
-from lakelog.cdc import PostgresSource, SqliteSource, capture, landing, state
+from lakelog.cdc import PostgresSource, SqliteSource, capture, change_files, checkpoint
 from lakelog.demo import oltp
 
 
@@ -44,16 +44,16 @@ def shop(request) -> Shop:
 
 # Where the crash happens: (module or "source", function, which call of it raises).
 SNAPSHOT_CRASHES = {
-    "while writing the snapshot (3)": (landing, "dumps", 25),
-    "before saving the snapshot state (4)": (state, "save", 1),
-    "between publishing two tables (5)": (landing, "publish", 2),
-    "before clearing the staging folders (6)": (state, "save", 2),
+    "while writing the snapshot (3)": (change_files, "dumps", 25),
+    "before saving the snapshot state (4)": (checkpoint, "save", 1),
+    "between publishing two tables (5)": (change_files, "publish", 2),
+    "before clearing the staging folders (6)": (checkpoint, "save", 2),
 }
 STREAM_CRASHES = {
-    "before saving the pending batch (8)": (state, "save", 1),
-    "between landing two tables (9)": (landing, "land", 2),
+    "before saving the pending batch (8)": (checkpoint, "save", 1),
+    "between landing two tables (9)": (change_files, "land", 2),
     "before advancing the source (10)": ("source", "advance", 1),
-    "before saving the position (11)": (state, "save", 2),
+    "before saving the position (11)": (checkpoint, "save", 2),
 }
 
 
@@ -72,7 +72,7 @@ def test_crash_during_the_snapshot(shop, point, tmp_path, now, monkeypatch):
         _crash(patch, source, SNAPSHOT_CRASHES[point])
         with pytest.raises(Crash):
             capture(source, root, now=now, max_changes=1000)
-    committed = state.load(root, "shop", source.connector)
+    committed = checkpoint.load(root, "shop", source.connector)
     if committed is None:  # the snapshot never reached its commit point: none of it is visible
         assert visible_files(root) == []
     else:
@@ -97,7 +97,7 @@ def test_crash_while_streaming(shop, point, tmp_path, now, monkeypatch):
         _crash(patch, source, STREAM_CRASHES[point])
         with pytest.raises(Crash):
             capture(source, root, now=now, max_changes=60)
-    pending = state.load(root, "shop", source.connector).pending
+    pending = checkpoint.load(root, "shop", source.connector).pending
     assert (pending is None) == point.startswith("before saving the pending")
     # New commits before the retry: it must still land exactly the pending batch first.
     oltp.mutate(conn, shop.dialect, n=100, seed=22, now=now + timedelta(minutes=2))

@@ -14,7 +14,7 @@ from test_compacted import TABLE, apply, change
 from lakelog import consumers
 from lakelog.cdc import change_streams
 from lakelog.cdc.change_streams import ChangeStream, ChangeStreamError, publish_changes
-from lakelog.compacted import CompactedTable, live_rows, purge_tombstones
+from lakelog.cdc.compacted import CompactedTable, live_rows, purge_tombstones
 from lakelog.consumers import Output
 from lakelog.errors import ConfigError
 

@@ -8,40 +8,24 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from engine_helpers import CUSTOMERS, ROW, change
 from cdc_helpers import capture_all, connect_sqlite, source_rows
 from pyspark.sql import functions as F
 
-from lakelog import consumers, dead_letters, ingest
+from lakelog import consumers
 from lakelog.cdc import SqliteSource, capture
-from lakelog.changelog import changelog_topic
-from lakelog.compacted import CompactedTable, fold_table, live_rows, purge_tombstones
+from lakelog.cdc.changelog import changelog_topic
+from lakelog.cdc.compacted import CompactedTable, squash_table, live_rows, purge_tombstones
+from lakelog.consumers import resets
 from lakelog.demo import oltp
-from lakelog.lake.merge_on_read import MergeKeys, merge_keys
 from lakelog.lake import EmbeddedLake
+from lakelog.lake.merge_on_read import MergeKeys, merge_keys
+from lakelog.log import dead_letters, ingest
 
-CUSTOMERS = oltp.TABLES[0]
-ROW = CUSTOMERS.spark_schema()
 TOPIC = changelog_topic("customers", ROW, CUSTOMERS.primary_key)
 TABLE = CompactedTable("customers", TOPIC, ROW, CUSTOMERS.primary_key, rows_per_file=3)
 LAYOUTS = ["copy-on-write", "merge-on-read"]
 ISO = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
-
-
-def change(op, key, *, lsn, commit=None, name=None, ts=1_772_366_400_000):
-    row = None if name is None else {
-        "customer_id": key, "name": name, "email": f"{name}@x", "country": "NL",
-        "updated_at": "2026-03-01T12:00:00.000000Z",
-    }
-    key_only = {"customer_id": key, "name": None, "email": None, "country": None,
-                "updated_at": None}
-    return json.dumps({
-        "before": key_only if op in ("u", "d") else None,
-        "after": row if op != "d" else None,
-        "op": op,
-        "ts_ms": ts,
-        "source": {"connector": "postgresql", "name": "shop", "ts_ms": ts, "snapshot": "false",
-                   "table": "customers", "lsn": lsn, "commit_lsn": commit or lsn},
-    })
 
 
 @pytest.fixture(params=LAYOUTS)
@@ -90,17 +74,17 @@ def test_delete_leaves_a_tombstone_that_a_late_change_cannot_resurrect(lake, spa
     assert table_rows(lake) == {1: (None, True), 2: ("b1", False)}
     assert [r["customer_id"] for r in live_rows(lake, table).collect()] == [2]
     # Purge: nothing before the retention has passed, then exactly the tombstone. Of a
-    # merge-on-read table, a fold drops it with its key's older versions; a purge only takes
+    # merge-on-read table, a squash drops it with its key's older versions; a purge only takes
     # tombstones from files that overlap no other.
     later = now + timedelta(days=365 * 10)
     assert purge_tombstones(lake, table, now=now) == 0
     if table.merge_on_read:
         assert purge_tombstones(lake, table, now=later) == 0  # older versions elsewhere
-        assert fold_table(lake, table, now=now).rows_dropped == 0  # not expired yet
-        # New keys 0 and 3: one file whose key range overlaps every folded one.
+        assert squash_table(lake, table, now=now).rows_dropped == 0  # not expired yet
+        # New keys 0 and 3: one file whose key range overlaps every squashed one.
         apply(lake, spark, now, [change("c", 0, lsn=50, name="z"), change("c", 3, lsn=51,
                                                                          name="c")], table)
-        assert fold_table(lake, table, now=later).rows_dropped == 1
+        assert squash_table(lake, table, now=later).rows_dropped == 1
         live = {0: ("z", False), 2: ("b1", False), 3: ("c", False)}
         assert table_rows(lake) == live
         apply(lake, spark, now, [change("d", 9, lsn=60)], table)  # a file of its own
@@ -119,7 +103,7 @@ def test_a_table_declared_in_the_other_layout_is_converted_with_its_rows(lake, s
     assert merge_keys(lake.snapshot(TABLE.path).properties) == MergeKeys(TABLE.key, "_position")
     apply(lake, spark, now, [change("u", 2, lsn=30, name="b2")], merge_on_read)
     assert len(lake.snapshot(TABLE.path).files()) == 3  # versions appended, not merged
-    apply(lake, spark, now, [change("d", 1, lsn=40)])  # copy-on-write again: folded first
+    apply(lake, spark, now, [change("d", 1, lsn=40)])  # copy-on-write again: squashed first
     snapshot = lake.snapshot(TABLE.path)
     assert merge_keys(snapshot.properties) is None
     plain = lake.read(snapshot, all_versions=True).collect()
@@ -182,7 +166,7 @@ def test_compacted_tables_mirror_a_captured_sqlite_database(spark, tmp_path, sql
     # Replaying every change (offsets reset to the start) leaves the table as it is.
     products = tables["products"]
     before = sorted(live_rows(lake, products).collect())
-    consumers.reset_offsets(lake, products.consumer, topics, to="earliest", now=now)
+    resets.reset_offsets(lake, products.consumer, topics, to="earliest", now=now)
     assert consumers.run_until_caught_up(lake, products.consumer, topics, now=lambda: now)
     assert sorted(live_rows(lake, products).collect()) == before
 

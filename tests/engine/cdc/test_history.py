@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from pyspark.sql import functions as F
-from test_compacted import CUSTOMERS, ROW, TOPIC, change
+from engine_helpers import CUSTOMERS, ROW, change
+from test_compacted import TOPIC
 
-from lakelog import consumers, ingest
-from lakelog.history import HistoryTable, as_of
+from lakelog import consumers
+from lakelog.cdc.history import HistoryTable, as_of
+from lakelog.log import ingest
 
 TABLE = HistoryTable("customers", TOPIC, ROW, CUSTOMERS.primary_key, rows_per_file=2)
 T0 = 1_772_366_400_000  # 2026-03-01 12:00 UTC, in ms

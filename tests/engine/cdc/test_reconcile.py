@@ -11,14 +11,14 @@ import psycopg
 import pytest
 from cdc_helpers import MutatedDuringSnapshot, Mutator
 
-from lakelog.cdc import capture, state
+from lakelog.cdc import capture, checkpoint
+from lakelog.cdc.reconcile import reconcile
 from lakelog.demo import oltp, shop_cdc
 from lakelog.lake import EmbeddedLake
-from lakelog.reconcile import reconcile
 
 
 def reconcile_all(spark, lake, src, now):
-    position = state.load(lake.root, src.server_name, src.connector).position
+    position = checkpoint.load(lake.root, src.server_name, src.connector).position
     return {
         t.name: reconcile(spark, lake, shop_cdc.COMPACTED[t.name], src, t, position=position,
                           now=now)

@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 
 from lakelog.demo.shop import CLICKS, ORDERS, SEARCHES
 from lakelog.demo.shop_cdc import CHANGELOGS
-from lakelog.joins import WindowJoin, step
-from lakelog.joins.window_step import buffer_schema
-from lakelog.topics import Topic
+from lakelog.joins import WindowJoin, match_batch
+from lakelog.joins.matching import buffer_schema
+from lakelog.log.topics import Topic
 
 T0 = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
 CHANGES = CHANGELOGS["cdc.customers"]
@@ -86,7 +86,7 @@ def click(event_id: str, minute: float, *, query: str | None, session: str = "s1
 
 
 class Steps:
-    """Runs `lakelog.joins.step` batch after batch, keeping the buffer in memory the way the
+    """Runs `lakelog.joins.match_batch` batch after batch, keeping the buffer in memory the way the
     consumer keeps it in its state table (upsert the buffered rows, delete the expired)."""
 
     def __init__(self, spark: SparkSession, join: WindowJoin) -> None:
@@ -108,7 +108,7 @@ class Steps:
     ) -> tuple[list[Row], list[Row]]:
         """One batch: its joined rows and late rows."""
         self.batch += 1
-        result = step(
+        result = match_batch(
             self.join, self.frame(SEARCHES, searches), self.frame(CLICKS, clicks),
             self.spark.createDataFrame(self.buffer, self.schema),
             before=before, after=after, batch=self.batch,
@@ -167,7 +167,7 @@ def customer_row(customer: int, name: str | None, *, position: str, deleted: boo
 
 
 def position(lsn: int) -> str:
-    """A changelog position (`lakelog.changelog.position`) of a change at `lsn`."""
+    """A changelog position (`lakelog.cdc.changelog.position`) of a change at `lsn`."""
     return f"{lsn:016X}{lsn:016X}"
 
 

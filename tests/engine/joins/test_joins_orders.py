@@ -9,10 +9,11 @@ from joins_helpers import at, change_line, local, order_line
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from lakelog import consumers, ingest
+from lakelog import consumers
 from lakelog.demo.shop import ORDERS
 from lakelog.demo.shop_cdc import CHANGELOGS, COMPACTED, SHOP
 from lakelog.demo.shop_joins import CUSTOMER_ORDERS, ORDERS_AS_OF, ORDERS_ENRICHED
+from lakelog.log import ingest
 
 CHANGES = CHANGELOGS["cdc.customers"]
 TOPICS = {ORDERS.name: ORDERS, **CHANGELOGS}

@@ -6,10 +6,12 @@ from datetime import timedelta
 
 from joins_helpers import at, click_line, local, search_line
 
-from lakelog import checkpoints, consumers, ingest
+from lakelog import consumers
+from lakelog.consumers import checkpoints
+from lakelog.consumers.watermarks import watermark_of
 from lakelog.demo.shop import CLICKS, SEARCHES
 from lakelog.demo.shop_joins import SEARCH_CLICKS
-from lakelog.watermarks import watermark_of
+from lakelog.log import ingest
 
 TOPICS = {SEARCHES.name: SEARCHES, CLICKS.name: CLICKS}
 JOIN = SEARCH_CLICKS  # within 1 hour, lateness 10 minutes, idle timeout 5 minutes

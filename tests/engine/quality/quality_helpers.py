@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import types as T
 
-from lakelog.log import append
+from lakelog.log.offsets import append
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 

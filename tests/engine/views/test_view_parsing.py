@@ -8,7 +8,7 @@ from view_helpers import MODELS, TABLES, demo_graph
 from lakelog.views import ModelError, load_models
 from lakelog.views.graph import ROOT_GROUP
 from lakelog.views.parse import parse_model
-from lakelog.views.state import fingerprint
+from lakelog.views.progress import fingerprint
 
 
 def parse(text: str):

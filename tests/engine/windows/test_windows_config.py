@@ -8,11 +8,11 @@ import pytest
 from pyspark.sql import types as T
 from windows_helpers import at
 
+from lakelog.consumers.watermarks import to_us
 from lakelog.demo.shop import TOPICS
 from lakelog.demo.shop_windows import WINDOWS
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
-from lakelog.watermarks import to_us
 from lakelog.windows import (
     ApproxDistinct,
     Avg,

@@ -13,9 +13,11 @@ from datetime import timedelta
 import pytest
 from engine_helpers import BASE, CrashAfterCommit, record
 
-from lakelog import checkpoints, consumers, ingest
+from lakelog import consumers
+from lakelog.consumers import checkpoints
+from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.lake import AppTxn, already_committed
-from lakelog.watermarks import Watermark, watermark_of
+from lakelog.log import ingest
 from lakelog.windows import Count, Session, Sum, Tumbling, WindowedAggregate
 
 SECOND = timedelta(seconds=1)

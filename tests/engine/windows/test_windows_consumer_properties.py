@@ -23,9 +23,11 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from windows_helpers import public
 
-from lakelog import checkpoints, consumers, ingest
-from lakelog.log import read_offsets, topic_snapshot
-from lakelog.watermarks import Watermark, watermark_of
+from lakelog import consumers
+from lakelog.consumers import checkpoints
+from lakelog.consumers.watermarks import Watermark, watermark_of
+from lakelog.log import ingest
+from lakelog.log.offsets import read_offsets, topic_snapshot
 from lakelog.windows import (
     Count, Hopping, Max, Session, Sliding, Sum, Tumbling, WindowedAggregate, batch_windows,
 )

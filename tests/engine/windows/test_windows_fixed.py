@@ -22,9 +22,9 @@ from lakelog.windows import (
     apply_batch,
     batch_windows,
 )
-from lakelog.watermarks import to_us
-from lakelog.windows.step import known, scan
-from lakelog.windows.tables import window_schema
+from lakelog.consumers.watermarks import to_us
+from lakelog.windows.schemas import window_schema
+from lakelog.windows.updates import known, scan
 
 MINUTE = timedelta(minutes=1)
 EVERYTHING = (

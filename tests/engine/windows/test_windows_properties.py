@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from windows_helpers import MemoryTable, at, events, public, watermark
 
-from lakelog.watermarks import watermark_of
+from lakelog.consumers.watermarks import watermark_of
 from lakelog.windows import (
     ApproxDistinct,
     Avg,

@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 
-from lakelog.watermarks import Watermark, watermark_of
+from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.windows import WindowedAggregate, apply_batch
-from lakelog.windows.tables import window_schema
+from lakelog.windows.schemas import window_schema
 
 BASE = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 EVENTS = "event_id string, event_time timestamp, g string, x double, user string"

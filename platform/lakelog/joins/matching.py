@@ -1,0 +1,205 @@
+"""One microbatch of a window join as a DataFrame function (`lakelog.joins.window_join`).
+
+Given the batch's records of both inputs, the buffer (the join's state) and the watermark
+before and after the batch, in this order:
+
+1. **De-duplicate** — a record delivered twice in the batch counts once, and a copy of a record
+   that is still buffered is ignored. (A copy that arrives after its record left the buffer is
+   older than the watermark, so step 2 reports it.)
+2. **Late** — a record older than the watermark before the batch, and a right record with a
+   null key (it can match nothing), goes to the late table and is not joined. A left record
+   with a null key is kept: it matches nothing and is emitted unmatched when its window closes.
+3. **Match** — new left × (buffered right ∪ new right), and buffered left × new right. Buffered
+   × buffered pairs were formed in the batch that brought the later of the two, so every pair
+   is emitted exactly once, in the first batch that holds both records.
+4. **Close** — a left record whose window ends before the watermark after the batch
+   (``left_time + within < watermark``) leaves the buffer; one that never matched is emitted
+   unmatched now. No right record still to come can match it: it would be late.
+5. **Expire** — a right record older than the watermark after the batch leaves the buffer: a
+   left record that could still match it (``left_time <= right_time``) would be late.
+
+All of it is one shuffle: buffered and new rows are partitioned by the join key, and within a
+key each left row finds its right rows in the list of the key's right rows (the rows of one key
+within one window are few). The result is computed once; the outputs are cut from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from functools import reduce
+from typing import TYPE_CHECKING, Literal
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.window import Window
+
+from lakelog.joins.side import trailer
+
+if TYPE_CHECKING:
+    from lakelog.joins.window_join import WindowJoin
+
+Which = Literal["left", "right"]
+BUFFER_KEY = ("_side", "_event_id")
+#: Columns of a new record that only its late-table row needs.
+_ORIGIN = (
+    T.StructField("_partition", T.IntegerType()),
+    T.StructField("_offset", T.LongType()),
+    T.StructField("_record", T.StringType()),
+)
+
+
+def _key(name: str) -> str:
+    return f"_key_{name}"
+
+
+def buffer_schema(join: WindowJoin) -> T.StructType:
+    """One row per buffered record of either input: the other input's columns are null, and
+    `_matched` (left records only) says whether a match was emitted."""
+    return T.StructType([
+        T.StructField("_side", T.StringType()),
+        T.StructField("_event_id", T.StringType()),
+        T.StructField("_time", T.TimestampType()),
+        *[T.StructField(_key(k), join.left.type_of(k)) for k in join.keys],
+        T.StructField("_matched", T.BooleanType()),
+        *join.left.fields,
+        *join.right.fields,
+    ])
+
+
+@dataclass(frozen=True)
+class Matches:
+    joined: DataFrame  # output rows: matches, and unmatched left records whose window closed
+    late: DataFrame  # late-table rows
+    buffered: DataFrame  # buffer rows to insert or replace
+    expired: DataFrame  # buffer keys to delete
+
+
+def match_batch(
+    join: WindowJoin,
+    left: DataFrame,
+    right: DataFrame,
+    buffer: DataFrame,
+    *,
+    before: datetime | None,
+    after: datetime | None,
+    batch: int,
+    cache: Callable[[DataFrame], DataFrame] | None = None,
+) -> Matches:
+    """The outputs of one batch: `left`/`right` are its records, `buffer` the state before it,
+    `before`/`after` the watermark before and after it (None: no record seen yet). `cache`
+    keeps the rows the outputs are cut from (`BatchInput.cached`); without it they are computed
+    into a local checkpoint."""
+    keys = [_key(k) for k in join.keys]
+    side = F.col("_side")
+    new = F.col("_new")
+    every = (
+        buffer.select(*buffer_schema(join).fieldNames(), F.lit(False).alias("_new"),
+                      *[F.lit(None).cast(f.dataType).alias(f.name) for f in _ORIGIN])
+        .unionByName(_as_buffer(join, left, "left"))
+        .unionByName(_as_buffer(join, right, "right"))
+        .repartition(*keys)  # the one shuffle: the windows below keep this partitioning
+    )
+    copies = Window.partitionBy(*keys, "_side", "_event_id").orderBy(
+        "_new", "_partition", "_offset"
+    )
+    every = every.withColumn("_copy", F.row_number().over(copies)).where(F.col("_copy") == 1)
+
+    null_key = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in keys])
+    reason = F.when(~new, None).when((side == "right") & null_key, "null_key")
+    if before is not None:
+        behind = F.col("_time") < F.lit(before)
+        reason = reason.when(
+            (side == "right") & (F.col("_time") < F.lit(before - join.within)), "window_closed"
+        ).when(behind, "behind_watermark")
+    every = every.withColumn("_reason", reason)
+    joining = F.col("_reason").isNull()
+    is_left, is_right = joining & (side == "left"), joining & (side == "right")
+
+    right_row = F.struct(F.col("_time").alias("_r_time"), new.alias("_r_new"),
+                         *join.right.names)
+    rights = F.collect_list(F.when(is_right, right_row)).over(Window.partitionBy(*keys))
+
+    def in_window(r: Column) -> Column:
+        return (r["_r_time"] >= F.col("_time")) & (
+            r["_r_time"] <= F.col("_time") + F.lit(join.within)
+        )
+
+    every = every.withColumn("_rights", rights).select(
+        "*",
+        F.when(is_left, F.filter("_rights", lambda r: in_window(r) & (new | r["_r_new"])))
+        .alias("_pairs"),
+        F.when(is_left, F.col("_matched") | F.exists("_rights", in_window)).alias("_now"),
+    ).drop("_rights")
+    # Computed once: four outputs are cut from it.
+    rows = every.localCheckpoint(eager=True) if cache is None else cache(every)
+
+    closed, expired = F.lit(False), F.lit(False)
+    if after is not None:
+        closed = is_left & (F.col("_time") < F.lit(after - join.within))
+        expired = is_right & (F.col("_time") < F.lit(after))
+    matches = rows.where(is_left).select(
+        *join.left.names, F.explode("_pairs").alias("_pair"), "_time"
+    ).select(
+        *join.left.names, *[F.col("_pair")[n].alias(n) for n in join.right.names],
+        F.lit(True).alias(join.matched), *trailer(batch=batch, time=F.col("_time")),
+    )
+    unmatched = rows.where(closed & ~F.col("_now")).select(
+        *join.left.names,
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in join.right.fields],
+        F.lit(False).alias(join.matched), *trailer(batch=batch, time=F.col("_time")),
+    )
+    changed = (is_left & ~closed & (new | (F.col("_now") != F.col("_matched")))) | (
+        is_right & new & ~expired
+    )
+    return Matches(
+        joined=matches.unionByName(unmatched),
+        late=_late(join, rows.where(~joining), before=before, batch=batch),
+        buffered=rows.where(changed)
+        .withColumn("_matched", F.when(is_left, F.col("_now")))
+        .select(*buffer_schema(join).fieldNames()),
+        expired=rows.where(~new & (closed | expired)).select(*BUFFER_KEY),
+    )
+
+
+def _as_buffer(join: WindowJoin, records: DataFrame, which: Which) -> DataFrame:
+    """New records of one input as buffer rows, with their origin for the late table."""
+    side = join.left if which == "left" else join.right
+    own = dict(side.columns)
+    return records.select(
+        F.lit(which).alias("_side"),
+        F.col("event_id").alias("_event_id"),
+        F.col(side.time).alias("_time"),
+        *[F.col(k).alias(_key(k)) for k in join.keys],
+        (F.lit(False) if which == "left" else F.lit(None)).cast("boolean").alias("_matched"),
+        *[
+            F.col(own[f.name]).alias(f.name) if f.name in own
+            else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in [*join.left.fields, *join.right.fields]
+        ],
+        F.lit(True).alias("_new"),
+        F.col("partition").alias("_partition"),
+        F.col("offset").alias("_offset"),
+        F.to_json(F.struct(*records.columns)).alias("_record"),
+    )
+
+
+def _late(join: WindowJoin, rows: DataFrame, *, before: datetime | None, batch: int) -> DataFrame:
+    """Late-table rows (`lakelog.joins.late.SCHEMA`) of the rows with a `_reason`."""
+    topic = F.when(F.col("_side") == "left", join.left.topic.name).otherwise(
+        join.right.topic.name
+    )
+    return rows.select(
+        F.col("_side").alias("side"),
+        topic.alias("topic"),
+        F.col("_partition").alias("partition"),
+        F.col("_offset").alias("offset"),
+        F.col("_event_id").alias("event_id"),
+        F.col("_time").alias("event_time"),
+        F.col("_reason").alias("reason"),
+        F.lit(before).cast("timestamp").alias("watermark"),
+        F.col("_record").alias("record"),
+        *trailer(batch=batch, time=F.col("_time")),
+    )

@@ -1,0 +1,80 @@
+"""A Delta table version as delta-rs loads it: schema, properties, data files with statistics.
+
+`EmbeddedLake.snapshot` returns one; the file list of a version is cached per table, since a
+version never changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from pyspark.sql.types import StructType
+
+from lakelog.lake.base import DataFile
+from lakelog.lake.schema import spark_schema
+
+
+class DeltaSnapshot:
+    """A Delta table loaded at one version by delta-rs."""
+
+    def __init__(
+        self, path: str, table: DeltaTable, cache: dict[str, tuple[int, list[DataFile]]]
+    ) -> None:
+        self.path = path
+        self.table = table
+        self.version: int = table.version()
+        self._cache = cache
+
+    @property
+    def schema(self) -> StructType:
+        return spark_schema(self.table.schema().to_json())
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return list(self.table.metadata().partition_columns)
+
+    @property
+    def table_id(self) -> str:
+        return self.table.metadata().id
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        return dict(self.table.metadata().configuration)
+
+    def files(self) -> list[DataFile]:
+        """The version's data files; a version never changes, so the list is kept per table."""
+        cached = self._cache.get(self.path)
+        if cached is None or cached[0] != self.version:
+            cached = (self.version, _data_files(pa.table(self.table.get_add_actions(flatten=True))))
+            self._cache[self.path] = cached
+        return list(cached[1])
+
+    def txn_version(self, app_id: str) -> int | None:
+        return self.table.transaction_version(app_id)
+
+
+def _data_files(actions: pa.Table) -> list[DataFile]:
+    names = actions.column_names
+    groups: dict[str, list[tuple[str, str]]] = {
+        "min": [], "max": [], "partition": [], "null_count": []}
+    for name in names:
+        prefix, _, column = name.partition(".")
+        if prefix in groups and column:
+            groups[prefix].append((name, column))
+    files = []
+    for row in actions.to_pylist():
+        files.append(
+            DataFile(
+                path=row["path"],
+                size=row["size_bytes"],
+                num_records=row.get("num_records") or 0,
+                partition_values={c: row[n] for n, c in groups["partition"]},
+                min_values={c: row[n] for n, c in groups["min"] if row[n] is not None},
+                max_values={c: row[n] for n, c in groups["max"] if row[n] is not None},
+                modification_time=row["modification_time"],
+                null_counts={c: row[n] for n, c in groups["null_count"] if row[n] is not None},
+            )
+        )
+    return files

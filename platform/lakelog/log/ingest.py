@@ -1,0 +1,293 @@
+"""Ingesting NDJSON records into a topic: validate, dead-letter, de-duplicate, append.
+
+Landing-zone ingestion is exactly-once per file, in the same steps as a consumer microbatch:
+
+1. **plan** — list new landing files and commit them to the manifest as the next batch
+   (a pending plan is a retry and is reused unchanged);
+2. **dead letters** — commit the batch's bad records to ``log/_dead_letters`` with the
+   application transaction ``(lakelog.ingest:<topic>, batch)``, skipped if already there;
+3. **append** — commit the good, new records to the topic with the same transaction, also
+   skipped if already there; the commit metadata holds the batch's counts;
+4. **done** — mark the files ingested in the manifest.
+
+Per batch: records read = appended + duplicates + dead letters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakelog.lake import AppTxn, CommitMetadata, Lake, Snapshot, already_committed
+from lakelog.log import dead_letters, landing
+from lakelog.log.offsets import append
+from lakelog.log.records import INGEST_TIME, event_time, parse_lines, to_envelope, typed_fields
+from lakelog.log.topics import Topic
+
+ORDER = ("_src_file", "_src_line")
+#: The type of a record's position (`ORDER` as a struct).
+POSITION_TYPE = "struct<_src_file:string,_src_line:bigint>"
+METADATA_KEY = "lakelog.ingest"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    topic: str
+    batch: int | None
+    files: tuple[str, ...]
+    read: int = 0
+    appended: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    version: int | None = None
+    ranges: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    resumed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "batch": self.batch,
+            "files": list(self.files),
+            "read": self.read,
+            "appended": self.appended,
+            "duplicates": self.duplicates,
+            "dead_letters": self.dead_letters,
+            "version": self.version,
+            "ranges": {str(p): list(r) for p, r in self.ranges.items()},
+            "resumed": self.resumed,
+        }
+
+
+def _decoded_path(uri):
+    """Spark's percent-encoded file URI as a plain path (``file:/a%20b`` → ``/a b``)."""
+    plain = F.url_decode(F.regexp_replace(uri, "\\+", "%2B"))
+    return F.regexp_replace(plain, "^file:/+", "/")
+
+
+#: The columns of a batch's lines: where each came from (`ORDER`), and the line.
+LINE_COLUMNS = (*ORDER, "value")
+# Schemas of small local frames as types, not DDL text: Spark Connect parses DDL on the server.
+LINES_SCHEMA = T.StructType([T.StructField("_src_file", T.StringType()),
+                             T.StructField("_src_line", T.LongType()),
+                             T.StructField("value", T.StringType())])
+SOURCES_SCHEMA = T.StructType([T.StructField("_path", T.StringType()),
+                               T.StructField("_src_file", T.StringType())])
+STAMP_SCHEMA = T.StructType([T.StructField(INGEST_TIME, T.TimestampType())])
+
+
+def read_landing_lines(spark: SparkSession, lake: Lake, files: Sequence[str]) -> DataFrame:
+    """Every line of `files` (lake-relative paths) with its file and 1-based line number."""
+    paths = [lake.spark_path(f) for f in files]
+    sources = spark.createDataFrame(list(zip(paths, files)), SOURCES_SCHEMA)
+    whole = spark.read.text(paths, wholetext=True)
+    lines = (
+        whole.withColumn("_path", _decoded_path(F.col("_metadata.file_path")))
+        .join(F.broadcast(sources), "_path")
+        .select("_src_file", F.posexplode(F.split("value", "\n")).alias("_pos", "value"))
+    )
+    return lines.select(
+        "_src_file",
+        (F.col("_pos") + 1).cast("long").alias("_src_line"),
+        F.regexp_replace("value", "\r$", "").alias("value"),
+    )
+
+
+def lines_frame(spark: SparkSession, lines: Sequence[str], *, source: str) -> DataFrame:
+    """In-memory lines (``lakelog produce``) in the shape of `read_landing_lines`."""
+    return spark.createDataFrame(
+        [(source, i + 1, line.rstrip("\r\n")) for i, line in enumerate(lines)],
+        LINES_SCHEMA,
+    )
+
+
+def _with_headers(lines: DataFrame) -> DataFrame:
+    return lines.withColumn(
+        "headers",
+        F.create_map(
+            F.lit("source"), F.col("_src_file"), F.lit("line"), F.col("_src_line").cast("string")
+        ),
+    )
+
+
+def _duplicates(
+    lake: Lake, topic: Topic, good: DataFrame, snapshot: Snapshot, bounds: tuple | None
+) -> DataFrame:
+    """Positions (file, line) of `good` records that are duplicates: the event id came earlier in
+    the batch, or is already in the log.
+
+    The log is searched for the batch's event ids only within the topic's dedup window around
+    the batch's event times, so the cost follows the batch, not the log's history. Only the
+    narrow (event id, file, line) projection is shuffled, once.
+    """
+    ids = good.select("event_id", F.struct(*ORDER).alias("_at"))
+    if bounds is not None:
+        lo, hi = bounds[0] - topic.dedup_window, bounds[1] + topic.dedup_window
+        files = [f for f in snapshot.files() if f.overlaps("event_time", lo, hi)]
+        if files:
+            seen = (
+                lake.read(snapshot, files=files)
+                .where(F.col("event_time").between(lo, hi))
+                .select("event_id", F.lit(None).cast(POSITION_TYPE).alias("_at"))
+            )
+            ids = ids.unionByName(seen)
+    # Per event id: in the log (a null position) or not, and the batch's positions in order;
+    # every position but the first of an id new to the log is a duplicate.
+    per_id = (
+        ids.groupBy("event_id")
+        .agg(
+            F.count("*").alias("_n"),
+            F.count("_at").alias("_in_batch"),
+            F.sort_array(F.collect_list("_at")).alias("_ats"),
+        )
+        .where(F.col("_n") > 1)
+    )
+    logged = F.col("_n") > F.col("_in_batch")
+    repeated = F.when(logged, F.col("_ats")).otherwise(F.slice("_ats", 2, F.col("_n")))
+    return per_id.select(F.explode(repeated).alias("_at")).select("_at.*")
+
+
+def _append_lines(
+    lake: Lake,
+    topic: Topic,
+    lines: DataFrame,
+    *,
+    now: datetime,
+    txns: Sequence[AppTxn],
+    extra: Mapping[str, Any],
+) -> IngestResult | None:
+    """Steps 2 and 3 for already-read lines. None if the append was already committed."""
+    stamp = lines.sparkSession.createDataFrame([(now,)], STAMP_SCHEMA)
+    parsed = parse_lines(lines.select(*LINE_COLUMNS).crossJoin(F.broadcast(stamp)), topic)
+    # The raw line is kept (cached) only for dead letters; good records are typed already.
+    parsed = parsed.withColumn("value", F.when(F.col("error").isNotNull(), F.col("value")))
+    # Cached flat: Spark's in-memory cache builds primitive columns far cheaper than a struct.
+    # The columns are known from the topic (not asked of Spark: a round trip over Connect).
+    fields = typed_fields(topic)
+    columns = [*LINE_COLUMNS, INGEST_TIME, "error"]
+    flat = parsed.select(
+        *columns, *[F.col("_typed")[f].alias(f"_typed.{f}") for f in fields]
+    ).persist()
+    parsed = flat.select(
+        *columns, F.struct(*[F.col(f"`_typed.{f}`").alias(f) for f in fields]).alias("_typed")
+    )
+    try:
+        good_time = F.when(F.col("error").isNull(), event_time(topic))
+        (stats,) = parsed.agg(
+            F.count("*").alias("read"),
+            F.count("error").alias("bad"),
+            F.min(good_time).alias("lo"),
+            F.max(good_time).alias("hi"),
+        ).collect()
+        read, bad = stats["read"], stats["bad"]
+        bounds = (stats["lo"], stats["hi"]) if stats["lo"] is not None else None
+        lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
+        dl_snapshot = lake.snapshot(dead_letters.PATH)
+        if not any(already_committed(dl_snapshot, t) for t in txns):
+            dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
+            lake.write(dl_snapshot, dead if bad else None, txns=txns)
+        good = to_envelope(_with_headers(parsed.where(F.col("error").isNull())), topic,
+                           keep=ORDER)
+        counts: dict[str, int] = {}
+
+        def prepare(snapshot: Snapshot) -> tuple[DataFrame, CommitMetadata]:
+            # Duplicates are few (a re-dropped file at worst): broadcast them, never shuffle the
+            # records. They are not counted apart: what the append did not add was a duplicate.
+            duplicates = F.broadcast(_duplicates(lake, topic, good, snapshot, bounds))
+            new = good.join(duplicates, list(ORDER), "left_anti")
+
+            def metadata(appended: int) -> dict[str, Any]:
+                counts.update(read=read, appended=appended, duplicates=read - bad - appended,
+                              dead_letters=bad)
+                return {METADATA_KEY: {**extra, **counts}}
+
+            return new, metadata
+
+        done = append(lake, topic, prepare, order_by=ORDER, txns=txns)
+    finally:
+        flat.unpersist()
+    if done is None:
+        return None
+    result, _ = done
+    return IngestResult(
+        topic=topic.name,
+        batch=extra.get("batch"),
+        files=tuple(extra.get("files", ())),
+        version=result.version,
+        ranges=result.ranges,
+        **counts,
+    )
+
+
+def _committed_counts(lake: Lake, topic: Topic, batch: int) -> dict[str, int]:
+    """The counts an earlier attempt of `batch` recorded in its topic commit."""
+    for entry in lake.history(topic.path, limit=200):
+        info = entry.get(METADATA_KEY)
+        if isinstance(info, dict) and info.get("batch") == batch:
+            return {k: info[k] for k in ("read", "appended", "duplicates", "dead_letters")}
+    return {}
+
+
+def ingest(
+    lake: Lake, spark: SparkSession, topic: Topic, *, now: datetime, max_files: int | None = None
+) -> IngestResult:
+    """Ingest the topic's new landing files (at most `max_files`) as one exactly-once batch."""
+    manifest = landing.load_manifest(lake, topic.name)
+    plan, resumed = manifest.plan, manifest.plan is not None
+    if plan is None:
+        files = landing.pending_files(lake, manifest)[:max_files]
+        if not files:
+            return IngestResult(topic.name, None, ())
+        plan = landing.IngestPlan(manifest.batch + 1, tuple(files))
+        manifest = landing.save_plan(lake, manifest, plan, now=now)  # step 1
+    names = [f for f, _ in plan.files]
+    txn = AppTxn(f"lakelog.ingest:{topic.name}", plan.batch)
+    lines = read_landing_lines(spark, lake, names)
+    result = _append_lines(  # steps 2 and 3
+        lake, topic, lines, now=now, txns=[txn], extra={"batch": plan.batch, "files": names}
+    )
+    if result is None:
+        result = IngestResult(
+            topic.name, plan.batch, tuple(names), **_committed_counts(lake, topic, plan.batch)
+        )
+    landing.save_done(lake, manifest, plan, now=now)  # step 4
+    return replace(result, resumed=resumed)
+
+
+def ingest_topics(
+    lake: Lake, spark: SparkSession, topics: Sequence[Topic], *, now: Callable[[], datetime]
+) -> list[IngestResult]:
+    """Ingest every pending landing file of each topic, batch after batch, topics concurrently.
+
+    Topics are independent tables: ingesting them at once overlaps Spark's per-job latency
+    (scheduling, commits) without changing any result.
+    """
+    def drain(topic: Topic) -> list[IngestResult]:
+        done = []
+        while (result := ingest(lake, spark, topic, now=now())).batch is not None:
+            done.append(result)
+        return done
+
+    if not topics:
+        return []
+    with ThreadPoolExecutor(max_workers=len(topics)) as pool:
+        return [result for results in pool.map(drain, topics) for result in results]
+
+
+def produce(
+    lake: Lake, spark: SparkSession, topic: Topic, lines: Sequence[str], *, source: str,
+    now: datetime,
+) -> IngestResult:
+    """Append records given as NDJSON lines, validated and de-duplicated like landing files."""
+    result = _append_lines(
+        lake, topic, lines_frame(spark, lines, source=source), now=now, txns=(),
+        extra={"source": source},
+    )
+    assert result is not None  # no application transaction, so never "already committed"
+    return result

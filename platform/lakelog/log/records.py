@@ -1,0 +1,134 @@
+"""Parsing and validating NDJSON records against a topic's schema.
+
+Each line is parsed into the typed schema (a type violation marks the record corrupt), the topic's
+derived columns are computed and its rules checked; only suspect lines are parsed a second time,
+as a flat ``map<string,string>``, to tell which field is wrong and whether a required field is
+missing. The result has the typed envelope columns and an `error` column
+that is null for good records and says why for bad ones: nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakelog.log.topics import Topic
+
+CORRUPT = "_corrupt_record"
+
+
+def _first_error(checks: list[tuple[Column, Column]]) -> Column:
+    expr = F.lit(None).cast("string")
+    for condition, message in reversed(checks):
+        expr = F.when(condition, message).otherwise(expr)
+    return expr
+
+
+def typed_fields(topic: Topic) -> list[str]:
+    """The field names of `parse_lines`' `_typed` struct, in order, known without asking Spark:
+    the wire fields, the corrupt-record marker, then derived fields not among them."""
+    names = [f.name for f in topic.wire_schema.fields] + [CORRUPT]
+    return names + [d.name for d in topic.derived if d.name not in names]
+
+
+def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
+    """`lines` (a string column `value` plus any source columns) → typed payload + `error`.
+
+    Blank lines are not records and are dropped; every other line comes out exactly once.
+    The result's columns are those of `lines`, then `_typed` (fields: `typed_fields`) and
+    `error`.
+    """
+    schema = T.StructType(
+        [T.StructField(f.name, f.dataType) for f in topic.wire_schema.fields]
+        + [T.StructField(CORRUPT, T.StringType())]
+    )
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    parsed = lines.where(F.trim(F.col("value")) != "")
+    typed = F.from_json("value", schema, options)
+    undecodable: list[Column] = []
+    if topic.decoders:  # each step its own column: the expressions refer to, not repeat, it
+        parsed = parsed.withColumn("_wire", typed)
+        wire = typed = F.col("_wire")
+        for d in topic.decoders:
+            typed = typed.withField(d.field, d.decode(wire[d.field]))
+        parsed = parsed.withColumn("_decoded", typed)
+        typed = F.col("_decoded")
+        undecodable = [d.problem(wire[d.field], typed[d.field]) for d in topic.decoders]
+    for d in topic.derived:
+        typed = typed.withField(d.name, d.expr(typed).cast(d.type))
+    parsed = parsed.withColumn("_typed", typed)
+    typed = F.col("_typed")
+    broken = [(~F.coalesce(rule.holds(typed), F.lit(False)), F.lit(rule.message))
+              for rule in topic.rules]
+    broken += [(problem.isNotNull(), problem) for problem in undecodable]
+    suspect = typed[CORRUPT].isNotNull()
+    for name in topic.required_fields:
+        suspect = suspect | typed[name].isNull()
+    for condition, _ in broken:
+        suspect = suspect | condition
+    # Only suspect lines are parsed a second time, as a flat map, to say what is wrong.
+    raw = F.when(suspect, F.from_json("value", T.MapType(T.StringType(), T.StringType())))
+    checks: list[tuple[Column, Column]] = [
+        (raw.isNull(), F.lit("malformed JSON: not a JSON object")),
+    ]
+    derived = [d.name for d in topic.derived if d.name in topic.required_fields]
+    for name in topic.required_fields:
+        if name not in derived:
+            checks.append(
+                (F.element_at(raw, name).isNull(), F.lit(f"missing required field '{name}'"))
+            )
+    for field, wire in zip(topic.schema.fields, topic.wire_schema.fields):
+        raw_value = F.element_at(raw, field.name)
+        wrong = typed[field.name].isNull()
+        if isinstance(wire.dataType, T.StructType):  # a nested mismatch leaves a partial struct
+            nested = T.StructType([*wire.dataType.fields, T.StructField(CORRUPT, T.StringType())])
+            wrong = wrong | F.from_json(raw_value, nested, options)[CORRUPT].isNotNull()
+        checks.append(
+            (
+                typed[CORRUPT].isNotNull() & wrong & raw_value.isNotNull(),
+                F.concat(
+                    F.lit(f"field '{field.name}' is not a valid {field.dataType.simpleString()}: "),
+                    F.substring(raw_value, 1, 200),
+                ),
+            )
+        )
+    checks += broken
+    checks += [(typed[name].isNull(), F.lit(f"cannot derive '{name}'")) for name in derived]
+    checks.append((F.lit(True), F.lit("record does not match the topic schema")))
+    parsed = parsed.withColumn("error", F.when(suspect, _first_error(checks)))
+    return parsed.drop("_wire", "_decoded") if topic.decoders else parsed
+
+
+INGEST_TIME = "_ingest_time"
+
+
+def event_time(topic: Topic) -> Column:
+    """The corrected event time of a parsed record (see `EventTime`); the ingest time if none."""
+    typed = F.col("_typed")
+    if topic.time is None:
+        return F.col(INGEST_TIME)
+    if topic.time.sent and topic.time.received:
+        skew_us = F.unix_micros(typed[topic.time.received]) - F.unix_micros(typed[topic.time.sent])
+        return F.timestamp_micros(F.unix_micros(typed[topic.time.event]) + skew_us)
+    return typed[topic.time.event]
+
+
+def to_envelope(parsed: DataFrame, topic: Topic, *, keep: Sequence[str] = ()) -> DataFrame:
+    """Good parsed records → topic envelope columns (without partition and offset), then the
+    columns `keep` (e.g. the records' source file and line).
+
+    The ingest time comes from the `_ingest_time` column (a value, not a literal, so Spark's
+    generated code is reused from one batch to the next)."""
+    typed = F.col("_typed")
+    return parsed.select(
+        typed[topic.key].cast("string").alias("key"),
+        typed[topic.event_id].cast("string").alias("event_id"),
+        event_time(topic).alias("event_time"),
+        *[typed[f.name].alias(f.name) for f in topic.payload_fields],
+        F.col("headers"),
+        F.col(INGEST_TIME).alias("ingest_time"),
+        *keep,
+    )

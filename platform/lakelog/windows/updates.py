@@ -1,0 +1,236 @@
+"""One microbatch of a windowed aggregate as a pure DataFrame computation, and the batch form.
+
+`apply_batch` takes the stored windows (any superset of those the batch can touch: the consumer
+passes only the files that may hold them), the batch's prepared events (or their `scan`) and the
+watermark before and after the batch, and returns what to write: the changed windows, the keys
+of windows to delete (sessions absorbed by a merge) and the late rows. Besides the windows the
+events change, windows that the watermark passed in this batch become final (``is_final`` set)
+even when no event touched them.
+
+`scan` is the batch's first pass over its events: their event-time span, which the consumer
+needs to choose the stored files to read, and for tumbling and hopping windows the batch's
+partials themselves (kept, so the events are read once) and whether any event is late or has
+no window (so a batch without such events does not read its events again to list them).
+`known` is the same without a pass, from facts the log's file statistics give (a Spark job
+saved: most of a small batch's cost).
+
+`batch_windows` is the same computation over all events at once, with nothing stored and nothing
+late: what a replay of the retained log computes, and what the incremental result must equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from lakelog.consumers.watermarks import to_us
+from lakelog.windows import fixed, late, sessions, sliding
+from lakelog.windows.frames import START, T_US, final_at, finish, from_table, normalize, ts
+from lakelog.windows.kinds import Hopping, Session, Sliding, Tumbling
+from lakelog.windows.schemas import late_schema, window_schema
+
+if TYPE_CHECKING:
+    from lakelog.windows.spec import WindowedAggregate
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one microbatch writes: window rows to upsert, window keys to delete, late rows.
+
+    `may_have_late` is False when the batch is known to have no late rows (`late` is empty).
+    `complete`: `rows` also hold every stored window passed in unchanged, so they can replace
+    the files those came from.
+    """
+
+    rows: DataFrame
+    deletes: DataFrame | None
+    late: DataFrame
+    may_have_late: bool = True
+    complete: bool = False
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """A batch's normalized events and what the first pass over them found (see `scan`).
+
+    `span_us` is the least and greatest event time of the events that have a window, or a
+    range containing them (None: no such event), `latest_us` the greatest event time of all
+    events (what moves the watermark). `partials` (tumbling and hopping windows) are
+    `fixed.partials` of the events (None: not computed yet). `any_late` / `any_invalid`: whether
+    an event may fall into a window final before the batch / have no window (True when not
+    known). `windows`: how many (window, group) rows the partials have (None when not known).
+    `span_known` false: `span_us` is the records', not the events' (a `prepare` may change
+    times), so it cannot choose the stored windows to read; `latest_us` is the records' too.
+    """
+
+    events: DataFrame
+    span_us: tuple[int, int] | None
+    latest_us: int | None
+    partials: DataFrame | None = None
+    any_late: bool = True
+    any_invalid: bool = True
+    windows: int | None = None
+    span_known: bool = True
+
+
+def _us(moment: datetime | None) -> int | None:
+    return None if moment is None else to_us(moment)
+
+
+def scan(agg: WindowedAggregate, events: DataFrame, *, watermark_before: datetime | None) -> Scanned:
+    """The batch's first pass over `events` (prepared): see `Scanned`."""
+    normalized = normalize(agg, events)
+    if not isinstance(agg.window, (Tumbling, Hopping)):
+        valid = F.col("_invalid").isNull()
+        span = normalized.agg(
+            F.min(F.when(valid, F.col(T_US))).alias("lo"),
+            F.max(F.when(valid, F.col(T_US))).alias("hi"),
+            F.max(T_US).alias("latest"),
+        ).first()
+        return Scanned(
+            normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"]
+        )
+    found = fixed.partials(agg, normalized).localCheckpoint(eager=True)
+    windowed = F.col(START).isNotNull()
+    end = F.col(START) + F.lit(agg.window.size_us)
+    facts = found.coalesce(1).agg(  # a few rows per window: one task, no shuffle
+        F.min(F.when(windowed, F.col("_lo_us"))).alias("lo"),
+        F.max(F.when(windowed, F.col("_hi_us"))).alias("hi"),
+        F.max(windowed & final_at(end, _us(watermark_before))).alias("late"),
+        F.max(~windowed).alias("invalid"),
+        F.max("_hi_us").alias("latest"),
+        F.count(F.when(windowed, F.lit(1))).alias("windows"),
+    ).first()
+    return Scanned(
+        normalized,
+        None if facts["lo"] is None else (facts["lo"], facts["hi"]),
+        facts["latest"],
+        partials=found,
+        any_late=bool(facts["late"]),
+        any_invalid=bool(facts["invalid"]),
+        windows=facts["windows"],
+    )
+
+
+def known(
+    agg: WindowedAggregate,
+    events: DataFrame,
+    *,
+    span_us: tuple[int, int] | None,
+    watermark_before: datetime | None,
+    any_invalid: bool,
+    span_known: bool = True,
+) -> Scanned:
+    """A `Scanned` of `events` from facts known without reading them: `span_us` is the least and
+    greatest event time of all the events (None: none has one), `any_invalid` whether one may
+    have no window. Whether one is late follows from the least time. With `span_known` false,
+    `span_us` is only the records' (see `Scanned`): lateness is then not ruled out."""
+    window = agg.window
+    any_late = watermark_before is not None  # nothing is final before the first watermark
+    if any_late and span_known and isinstance(window, (Tumbling, Hopping)):
+        # The earliest window of the earliest event ends first: if it is not final, none is.
+        first = None if span_us is None else span_us[0] - span_us[0] % window.hop_us
+        any_late = first is not None and (
+            first - (window.windows_per_event - 1) * window.hop_us + window.size_us
+            <= to_us(watermark_before))
+    return Scanned(normalize(agg, events), span_us, None if span_us is None else span_us[1],
+                   any_late=any_late, any_invalid=any_invalid, span_known=span_known)
+
+
+def apply_batch(
+    agg: WindowedAggregate,
+    stored: DataFrame,
+    events: DataFrame | Scanned,
+    *,
+    watermark_before: datetime | None,
+    watermark_after: datetime | None,
+    batch: int,
+    complete: bool = False,
+) -> Update:
+    """The windows, deletions and late rows of one microbatch (see the module docstring).
+
+    With `complete`, tumbling and hopping windows return every stored window as well
+    (`Update.complete`); other kinds ignore it.
+    """
+    scanned = events if isinstance(events, Scanned) else scan(
+        agg, events, watermark_before=watermark_before
+    )
+    before, after = _us(watermark_before), _us(watermark_after)
+    normalized = scanned.events
+    valid = normalized.where(F.col("_invalid").isNull())
+    late_parts = []
+    if scanned.any_invalid:
+        late_parts.append(late.invalid_rows(agg, normalized, watermark_us=before, batch=batch))
+    working = from_table(agg, stored)
+    options = {"watermark_before_us": before, "watermark_after_us": after, "batch": batch}
+    deletes = None
+    if isinstance(agg.window, Session):
+        changed, deletes, late_rows = sessions.step(agg, working, valid, **options)
+    elif isinstance(agg.window, Sliding):
+        changed, late_rows = sliding.step(agg, working, valid, **options)
+    else:
+        found = scanned.partials
+        if found is None:
+            found = fixed.partials(agg, normalized)
+        changed, late_rows = fixed.step(
+            agg, working, found, normalized if scanned.any_late else None, **options,
+            complete=complete,
+        )
+    if late_rows is not None:
+        late_parts.append(late_rows)
+    rows = finish(agg, changed, batch=batch)
+    if isinstance(agg.window, (Session, Sliding)) and after is not None and after != before:
+        # Fixed windows find these in their merge; sliding and session rows are recomputed
+        # from a range of stored rows, so the open ones the watermark passed are found here.
+        rows = rows.unionByName(_newly_final(agg, stored, rows, deletes, after, batch))
+    if late_parts:
+        late_out = reduce(DataFrame.unionByName, late_parts)
+    else:
+        late_out = normalized.sparkSession.createDataFrame([], late_schema(agg))
+    return Update(rows=rows, deletes=deletes, late=late_out, may_have_late=bool(late_parts),
+                  complete=complete and isinstance(agg.window, (Tumbling, Hopping)))
+
+
+def _newly_final(
+    agg: WindowedAggregate,
+    stored: DataFrame,
+    rows: DataFrame,
+    deletes: DataFrame | None,
+    watermark_us: int,
+    batch: int,
+) -> DataFrame:
+    """Stored open windows the watermark has passed, not otherwise changed by the batch."""
+    keys = list(agg.keys)
+    changed = rows.select(*keys)
+    if deletes is not None:
+        changed = changed.unionByName(deletes.select(*keys))
+    due = stored.where(~F.col("is_final") & (F.col("window_end") <= ts(watermark_us)))
+    return due.join(changed, keys, "left_anti").withColumns(
+        {"is_final": F.lit(True), "batch": F.lit(batch).cast("long")}
+    ).select(*rows.columns)
+
+
+def batch_windows(
+    agg: WindowedAggregate,
+    events: DataFrame,
+    *,
+    watermark: datetime | None = None,
+    batch: int = 0,
+) -> DataFrame:
+    """Every window of `events`, computed in one pass; nothing is late.
+
+    ``is_final`` is ``window_end <= watermark``, or true for every window without a watermark
+    (all events seen). Events without a window (null time or group-by value) are left out.
+    """
+    stored = events.sparkSession.createDataFrame([], window_schema(agg))
+    update = apply_batch(
+        agg, stored, events, watermark_before=None, watermark_after=watermark, batch=batch
+    )
+    if watermark is None:
+        return update.rows.withColumn("is_final", F.lit(True))
+    return update.rows

@@ -1,0 +1,97 @@
+"""Consumer state in the checkpoint (a watermark), idle ticks, and upserts that delete keys."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from engine_helpers import BASE, CrashAfterCommit, drop, make_topic, record
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakelog import consumers
+from lakelog.consumers import BatchInput, Changes, Consumer, Output
+from lakelog.consumers import checkpoints
+from lakelog.consumers.watermarks import Watermark, from_us, to_us, watermark_of
+from lakelog.errors import ConfigError
+from lakelog.log import ingest
+
+MARK = Watermark(lateness=timedelta(seconds=10), idle_timeout=timedelta(minutes=5))
+SEEN = Output(
+    "streams/seen",
+    T.StructType([T.StructField("event_id", T.StringType()), T.StructField("mark", T.LongType())]),
+    keys=("event_id",),
+)
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def advance(batch: BatchInput):
+    top = batch.records["events"].agg(F.max("event_time")).first()[0]
+    return MARK.advance(batch.state, top, batch.now)
+
+
+def transform(batch: BatchInput):
+    mark = batch.next_state["watermark_us"]
+    rows = batch.records["events"].select("event_id", F.lit(mark).alias("mark"))
+    gone = batch.current(SEEN).select("event_id")  # only this batch's rows remain
+    return {SEEN.path: Changes(rows, deletes=gone)}
+
+
+CONSUMER = Consumer(
+    "marked", ("events",), (SEEN,), transform, max_records_per_batch=12,
+    advance=advance, idle_tick=MARK.idle,
+)
+
+
+def test_watermark_rules():
+    state = MARK.advance({}, BASE + timedelta(seconds=30), T0)
+    assert watermark_of(state) == BASE + timedelta(seconds=20)
+    older = MARK.advance(state, BASE, T0 + timedelta(seconds=1))  # never moves back
+    assert watermark_of(older) == BASE + timedelta(seconds=20)
+    assert not MARK.idle(older, T0 + timedelta(minutes=4))
+    assert MARK.idle(older, T0 + timedelta(minutes=6))
+    idle = MARK.advance(older, None, T0 + timedelta(minutes=6, seconds=1))
+    # event time moves on with the wall clock since the last arrival: 6 min later
+    assert watermark_of(idle) == BASE + timedelta(minutes=6, seconds=20)
+    assert not MARK.idle(idle, T0 + timedelta(minutes=8))  # at most one tick per timeout
+    assert MARK.advance({}, None, T0) == {} and watermark_of({}) is None
+    assert from_us(to_us(T0)) == T0
+    with pytest.raises(ConfigError, match="lateness"):
+        Watermark(lateness=timedelta(seconds=-1))
+    with pytest.raises(ConfigError, match="idle_timeout"):
+        Watermark(idle_timeout=timedelta(0))
+
+
+def test_state_is_committed_with_the_batch_and_idle_ticks_close_quiet_streams(spark, lake):
+    topic = make_topic()
+    topics = {"events": topic}
+    drop(lake.root, topic.name, "a.ndjson", [record(i) for i in range(20)])
+    ingest.ingest(lake, spark, topic, now=T0)
+    crashing = CrashAfterCommit(spark, lake.root, SEEN.path)  # dies before the offset commit
+    consumers.run_batch(crashing, CONSUMER, topics, now=T0)
+    first = checkpoints.load(lake, "marked").state
+    crashing.armed = True
+    with pytest.raises(RuntimeError, match="crash after committing streams/seen"):
+        consumers.run_batch(crashing, CONSUMER, topics, now=T0 + timedelta(seconds=1))
+    retry = consumers.run_batch(lake, CONSUMER, topics, now=T0 + timedelta(minutes=1))
+    assert retry.resumed and retry.outputs_written == ()
+    state = checkpoints.load(lake, "marked").state
+    # the retry recomputed the state from the same records at the plan's time, not its own
+    assert state["arrival_us"] == to_us(T0 + timedelta(seconds=1))
+    assert state["watermark_us"] >= first["watermark_us"]
+    newest = lake.read(lake.snapshot(topic.path)).agg(F.max("event_time")).first()[0]
+    assert watermark_of(state) == newest.replace(tzinfo=timezone.utc) - MARK.lateness
+
+    seen = {r.event_id: r.mark for r in lake.read(lake.snapshot(SEEN.path)).collect()}
+    assert len(seen) == 8  # batch 1 deleted batch 0's 12 rows in the commit that added its own
+    assert set(seen.values()) == {state["watermark_us"]}
+    assert consumers.run_batch(lake, CONSUMER, topics, now=T0 + timedelta(minutes=3)) is None
+    tick = consumers.run_until_caught_up(
+        lake, CONSUMER, topics, now=lambda: T0 + timedelta(minutes=7)
+    )
+    assert [r.records for r in tick] == [0]
+    ticked = checkpoints.load(lake, "marked").state
+    assert ticked["watermark_us"] == state["watermark_us"] + to_us(
+        T0 + timedelta(minutes=7) - from_us(state["arrival_us"])
+    )
+    assert consumers.run_batch(lake, CONSUMER, topics, now=T0 + timedelta(minutes=8)) is None

@@ -1,0 +1,137 @@
+"""Landing-zone ingestion: exactly once per file, dead letters, duplicates, the records-in invariant."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyspark.sql import functions as F
+from engine_helpers import drop, make_topic, record
+
+from lakelog.lake import AppTxn
+from lakelog.log import dead_letters, ingest, landing
+
+
+def table_rows(lake, path):
+    return lake.read(lake.snapshot(path)).collect()
+
+
+def assert_invariant(result):
+    assert result.read == result.appended + result.duplicates + result.dead_letters
+
+
+def test_ingest_appends_each_file_once(lake, spark, topic, now):
+    drop(lake.root, topic.name, "a.ndjson", [record(i) for i in range(20)])
+    first = ingest.ingest(lake, spark, topic, now=now)
+    assert (first.read, first.appended, first.duplicates, first.dead_letters) == (20, 20, 0, 0)
+    assert first.files == ("landing/events/a.ndjson",)
+    again = ingest.ingest(lake, spark, topic, now=now)
+    assert again.batch is None and again.appended == 0
+    # The same file dropped again under its own name is not appended twice.
+    drop(lake.root, topic.name, "a.ndjson", [record(i) for i in range(20)])
+    assert ingest.ingest(lake, spark, topic, now=now).batch is None
+    assert len(table_rows(lake, topic.path)) == 20
+
+
+def test_envelope_columns(lake, spark, topic, now):
+    drop(lake.root, topic.name, "a.ndjson", [record(1, user="alice")])
+    ingest.ingest(lake, spark, topic, now=now)
+    (row,) = table_rows(lake, topic.path)
+    assert row.key == "alice" and row.event_id == "e1" and row.offset == 0
+    # Corrected event time = device + (received - sent) = device + 1 s.
+    assert (row.event_time - row.device_time).total_seconds() == 1
+    assert row.headers == {"source": "landing/events/a.ndjson", "line": "1"}
+    assert row.ingest_time == now.replace(tzinfo=None)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("{not json", "malformed JSON"),
+        ("[1, 2, 3]", "malformed JSON"),
+        ('"just a string"', "malformed JSON"),
+        (json.dumps({k: v for k, v in record(1).items() if k != "user_id"}), "missing required field 'user_id'"),
+        (json.dumps({**record(1), "amount": "ten"}), "field 'amount' is not a valid double: ten"),
+        (json.dumps({**record(1), "device_time": "yesterday"}), "field 'device_time' is not a valid timestamp"),
+        (json.dumps({**record(1), "event_id": None}), "missing required field 'event_id'"),
+    ],
+)
+def test_bad_records_become_dead_letters(lake, spark, topic, now, line, reason):
+    drop(lake.root, topic.name, "bad.ndjson", [record(0), line, "", record(2)])
+    result = ingest.ingest(lake, spark, topic, now=now)
+    assert (result.read, result.appended, result.dead_letters) == (3, 2, 1)
+    assert_invariant(result)
+    (dead,) = table_rows(lake, dead_letters.PATH)
+    assert dead.topic == "events" and dead.source == "landing/events/bad.ndjson"
+    assert dead.line == 2 and dead.raw == line and reason in dead.reason
+
+
+def test_unknown_fields_are_ignored_and_nulls_allowed(lake, spark, topic, now):
+    drop(lake.root, topic.name, "a.ndjson", [{**record(1), "extra": 5, "product_id": None}])
+    result = ingest.ingest(lake, spark, topic, now=now)
+    assert result.appended == 1 and result.dead_letters == 0
+
+
+def test_duplicates_are_skipped_and_counted(lake, spark, topic, now):
+    drop(lake.root, topic.name, "a.ndjson", [record(i) for i in range(10)] + [record(3), record(4)])
+    first = ingest.ingest(lake, spark, topic, now=now)
+    assert (first.appended, first.duplicates) == (10, 2)
+    # A later delivery of already-appended events (an at-least-once producer's retry).
+    drop(lake.root, topic.name, "b.ndjson", [record(5), record(10), record(6)])
+    second = ingest.ingest(lake, spark, topic, now=now)
+    assert (second.read, second.appended, second.duplicates) == (3, 1, 2)
+    assert_invariant(second)
+    ids = sorted(r.event_id for r in table_rows(lake, topic.path))
+    assert ids == sorted(f"e{i}" for i in range(11))
+
+
+def test_duplicates_outside_the_dedup_window_are_appended(lake, spark, now):
+    from datetime import timedelta
+
+    topic = make_topic(dedup_window=timedelta(minutes=1))
+    drop(lake.root, topic.name, "a.ndjson", [record(1, seconds=0)])
+    ingest.ingest(lake, spark, topic, now=now)
+    drop(lake.root, topic.name, "b.ndjson", [record(1, seconds=3600)])
+    assert ingest.ingest(lake, spark, topic, now=now).appended == 1
+
+
+def test_resume_after_crash_between_dead_letters_and_append(lake, spark, topic, now):
+    drop(lake.root, topic.name, "a.ndjson", [record(1), "{bad", record(2)])
+    manifest = landing.load_manifest(lake, topic.name)
+    plan = landing.IngestPlan(0, tuple(landing.pending_files(lake, manifest)))
+    manifest = landing.save_plan(lake, manifest, plan, now=now)
+    # A previous attempt got as far as committing the dead letters.
+    lines = ingest.read_landing_lines(spark, lake, [f for f, _ in plan.files])
+    from lakelog.log.records import parse_lines
+
+    stamped = lines.withColumn("headers", lines["value"].isNull()).withColumn("_ingest_time", F.lit(now))
+    dead = dead_letters.dead_letter_rows(parse_lines(stamped, topic), topic=topic.name)
+    lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
+    lake.write(lake.snapshot(dead_letters.PATH), dead, txns=[AppTxn("lakelog.ingest:events", 0)])
+    result = ingest.ingest(lake, spark, topic, now=now)
+    assert result.resumed and result.appended == 2
+    assert len(table_rows(lake, dead_letters.PATH)) == 1  # not written twice
+    assert len(table_rows(lake, topic.path)) == 2
+
+
+def test_resume_after_append_committed_reports_the_recorded_counts(lake, spark, topic, now):
+    drop(lake.root, topic.name, "a.ndjson", [record(1), record(1), "{bad"])
+    done = ingest.ingest(lake, spark, topic, now=now)
+    # Simulate a crash before step 4: put the plan back as pending.
+    manifest = landing.load_manifest(lake, topic.name)
+    landing._save(lake, manifest, {}, landing.IngestPlan(0, tuple(manifest.ingested)), -1, now)
+    resumed = ingest.ingest(lake, spark, topic, now=now)
+    assert resumed.resumed and resumed.batch == 0
+    assert (resumed.read, resumed.appended, resumed.duplicates, resumed.dead_letters) == (
+        done.read, done.appended, done.duplicates, done.dead_letters,
+    ) == (3, 1, 1, 1)
+    assert len(table_rows(lake, topic.path)) == 1
+    assert ingest.ingest(lake, spark, topic, now=now).batch is None
+
+
+def test_produce_validates_like_landing_files(lake, spark, topic, now):
+    lines = [json.dumps(record(1)), "oops", json.dumps(record(1))]
+    result = ingest.produce(lake, spark, topic, lines, source="produce:test", now=now)
+    assert (result.read, result.appended, result.duplicates, result.dead_letters) == (3, 1, 1, 1)
+    (dead,) = table_rows(lake, dead_letters.PATH)
+    assert dead.source == "produce:test" and dead.line == 2

@@ -1,0 +1,142 @@
+"""The partitioned log: partition assignment, contiguous offsets, reads by offset and time."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from engine_helpers import BASE, make_topic
+from pyspark.sql import functions as F
+
+from lakelog.errors import UnknownTopicError
+from lakelog.log import offsets
+
+
+def envelope(spark, topic, ids, *, user=None):
+    rows = [
+        (
+            user or f"u{i % 11}", f"e{i}", BASE + timedelta(seconds=i), f"u{i % 11}", "p", 1.0,
+            BASE, BASE, BASE, {"n": str(i)}, BASE + timedelta(seconds=i), f"f{i:06d}",
+        )
+        for i in ids
+    ]
+    names = ["key", "event_id", "event_time", "user_id", "product_id", "amount", "device_time",
+             "sent_time", "received_time", "headers", "ingest_time", "_order"]
+    return spark.createDataFrame(rows, names).select(
+        *[F.col(n).cast(topic.table_schema[n].dataType) if n in topic.table_schema.fieldNames()
+          else F.col(n) for n in names]
+    )
+
+
+def do_append(lake, topic, df):
+    return offsets.append(lake, topic, lambda snapshot: (df, {}), order_by=["_order"])[0]
+
+
+def offsets_by_partition(lake, topic):
+    rows = lake.read(lake.snapshot(topic.path)).select("partition", "offset").collect()
+    found = {}
+    for r in rows:
+        found.setdefault(r.partition, []).append(r.offset)
+    return {p: sorted(v) for p, v in found.items()}
+
+
+def assert_contiguous(lake, topic):
+    for partition, found in offsets_by_partition(lake, topic).items():
+        assert found == list(range(len(found))), f"partition {partition} has gaps or repeats"
+
+
+def test_offsets_contiguous_per_partition_and_stable_partitioning(lake, spark, topic):
+    result = do_append(lake, topic, envelope(spark, topic, range(50)))
+    assert result.records == 50
+    do_append(lake, topic, envelope(spark, topic, range(50, 80)))
+    assert_contiguous(lake, topic)
+    df = lake.read(lake.snapshot(topic.path))
+    # Same key, same partition; the assignment is Spark's xxhash64, not Python's hash.
+    per_key = df.groupBy("key").agg(F.countDistinct("partition").alias("n")).collect()
+    assert all(r.n == 1 for r in per_key)
+    expected = {r.key: r.p for r in df.select("key", offsets.partition_of(F.col("key"), 3).alias("p")).collect()}
+    assert {r.key: r.partition for r in df.collect()} == expected
+    states = offsets.partition_states(lake.snapshot(topic.path), 3)
+    assert sum(s.head for s in states.values()) == 80
+    assert all(s.start_offset == 0 for s in states.values())
+
+
+def test_offsets_follow_the_given_order(lake, spark):
+    topic = make_topic(partitions=1)
+    do_append(lake, topic, envelope(spark, topic, [5, 3, 9, 1], user="same"))
+    rows = lake.read(lake.snapshot(topic.path)).orderBy("offset").collect()
+    assert [(r.offset, r.event_id) for r in rows] == [(0, "e1"), (1, "e3"), (2, "e5"), (3, "e9")]
+
+
+def test_concurrent_appends_never_duplicate_or_skip_offsets(lake, spark, topic):
+    offsets.ensure_topic_table(lake, topic)
+    errors = []
+
+    def writer(start):
+        try:
+            for k in range(3):
+                ids = range(start + k * 20, start + k * 20 + 20)
+                do_append(lake, topic, envelope(spark, topic, ids))
+        except Exception as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in (0, 1000, 2000)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert lake.read(lake.snapshot(topic.path)).count() == 180
+    assert_contiguous(lake, topic)
+
+
+def test_read_by_offset_range_reads_only_overlapping_files(lake, spark):
+    topic = make_topic(partitions=1)
+    for chunk in range(4):
+        do_append(lake, topic, envelope(spark, topic, range(chunk * 10, chunk * 10 + 10), user="k"))
+    snapshot = lake.snapshot(topic.path)
+    got = offsets.read_offsets(lake, snapshot, {0: (12, 25)})
+    assert sorted(r.offset for r in got.collect()) == list(range(12, 25))
+    files = [f for f in snapshot.files() if f.overlaps("offset", 12, 24)]
+    assert len(files) == 2 and len(snapshot.files()) == 4
+
+
+def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spark):
+    topic = make_topic(partitions=1)
+    for chunk in range(3):  # offsets 0-9, 10-19, 20-29 in a file each; e5 has no product
+        rows = envelope(spark, topic, range(chunk * 10, chunk * 10 + 10), user="k")
+        rows = rows.withColumn("product_id", F.when(F.col("event_id") != "e5", F.col("product_id")))
+        do_append(lake, topic, rows)
+    snapshot = lake.snapshot(topic.path)
+
+    stats = offsets.range_stats(snapshot, {0: (0, 20)})
+    assert stats.records == 20
+    assert stats.event_time == (BASE, BASE + timedelta(seconds=19))
+    assert stats.nulls["product_id"] == 1 and stats.nulls["event_time"] == 0
+    second = offsets.range_stats(snapshot, {0: (10, 30)})
+    assert second.event_time == (BASE + timedelta(seconds=10), BASE + timedelta(seconds=29))
+    assert second.nulls["product_id"] == 0
+    # Offsets 0-14 end inside the second file: its statistics also describe 15-19.
+    assert offsets.range_stats(snapshot, {0: (0, 15)}) is None
+    assert offsets.range_stats(snapshot, {0: (5, 20)}) is None
+    assert offsets.range_stats(snapshot, {0: (30, 30)}).records == 0
+    both = offsets.RangeStats.combined([stats, second])
+    assert both.records == 40 and both.event_time == (BASE, BASE + timedelta(seconds=29))
+    assert both.nulls["product_id"] == 1
+    assert offsets.RangeStats.combined([stats, None]) is None
+
+
+def test_read_by_event_time_and_offsets_for_time(lake, spark):
+    topic = make_topic(partitions=1)
+    do_append(lake, topic, envelope(spark, topic, range(30), user="k"))
+    snapshot = lake.snapshot(topic.path)
+    got = offsets.read_event_time(lake, snapshot, BASE + timedelta(seconds=10), BASE + timedelta(seconds=20))
+    assert sorted(r.event_id for r in got.collect()) == sorted(f"e{i}" for i in range(10, 20))
+    assert offsets.offsets_for_time(lake, snapshot, 1, BASE + timedelta(seconds=7)) == {0: 7}
+    assert offsets.offsets_for_time(lake, snapshot, 1, BASE + timedelta(days=1)) == {0: 30}
+
+
+def test_unknown_topic(lake):
+    with pytest.raises(UnknownTopicError, match="unknown topic 'nope'"):
+        offsets.topic_snapshot(lake, "nope")
