@@ -102,7 +102,8 @@ class SparkWork:
             self._trips = trace_connect.trips
 
     def _jobs(self) -> int:
-        return self.spark.sparkContext._jsc.sc().dagScheduler().nextJobId().get()
+        found = self.spark.sparkContext._jsc.sc().dagScheduler().nextJobId()
+        return found if isinstance(found, int) else found.get()
 
     def _snapshot(self) -> dict:
         return {k: len(v) for k, v in self._trips.items()}, {k: sum(v) for k, v in self._trips.items()}
@@ -563,6 +564,15 @@ def open_spark(mode: str, args, state_dir: Path) -> tuple[Any, ServerConfig | No
     return create_session(remote=config.url, app_name="bench-pipeline"), config
 
 
+def reported(part: Callable[..., dict], *args: Any) -> dict:
+    """The part's figures, or its error: a failing part must not lose the others'."""
+    try:
+        return part(*args)
+    except Exception as exc:
+        say(f"{part.__name__} failed: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+
+
 def run_mode(mode: str, args) -> dict:
     work_dir = Path(tempfile.mkdtemp(prefix=f"lakelog-bench-pipeline-{mode}-",
                                      dir=args.home))
@@ -580,12 +590,12 @@ def run_mode(mode: str, args) -> dict:
             out["setup"] = land_new_records(lake, prior, args.kind_events, args.shop_changes)
             out["setup"]["seconds"] = round(time.perf_counter() - started, 1)
             if "kinds" in args.parts:
-                out["kinds"] = measure_kinds(lake, work, args, work_dir)
+                out["kinds"] = reported(measure_kinds, lake, work, args, work_dir)
                 out["loadavg_after_kinds"] = os.getloadavg()
             if "empty" in args.parts:
-                out["empty_tick"] = measure_empty_ticks(lake, work, args)
+                out["empty_tick"] = reported(measure_empty_ticks, lake, work, args)
         if "ingest" in args.parts:
-            out["ingest"] = measure_ingest(spark, work_dir / "ingest", args)
+            out["ingest"] = reported(measure_ingest, spark, work_dir / "ingest", args)
         out["loadavg_at_end"] = os.getloadavg()
     finally:
         spark.stop()
