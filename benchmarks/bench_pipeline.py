@@ -573,6 +573,12 @@ def reported(part: Callable[..., dict], *args: Any) -> dict:
         return {"error": f"{type(exc).__name__}: {str(exc)[:500]}"}
 
 
+def save_partial(out: dict, args) -> None:
+    """What a mode has measured so far, to ``--partial`` (if given): kept if the run is cut."""
+    if args.partial:
+        Path(args.partial).write_text(json.dumps(out, indent=1, default=str))
+
+
 def run_mode(mode: str, args) -> dict:
     work_dir = Path(tempfile.mkdtemp(prefix=f"lakelog-bench-pipeline-{mode}-",
                                      dir=args.home))
@@ -592,8 +598,10 @@ def run_mode(mode: str, args) -> dict:
             if "kinds" in args.parts:
                 out["kinds"] = reported(measure_kinds, lake, work, args, work_dir)
                 out["loadavg_after_kinds"] = os.getloadavg()
+                save_partial(out, args)
             if "empty" in args.parts:
                 out["empty_tick"] = reported(measure_empty_ticks, lake, work, args)
+                save_partial(out, args)
         if "ingest" in args.parts:
             out["ingest"] = reported(measure_ingest, spark, work_dir / "ingest", args)
         out["loadavg_at_end"] = os.getloadavg()
@@ -723,6 +731,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--memory", default="4g")
     p.add_argument("--port", type=int, default=15160, help="the benchmark's Connect server")
+    p.add_argument("--partial", help="a file each mode writes its figures to after each part")
     p.add_argument("--home", help="keep the lakes under this folder (default: a temp folder)")
     return p.parse_args(argv)
 
