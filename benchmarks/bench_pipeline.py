@@ -151,9 +151,14 @@ def capture_shop(lake: EmbeddedLake) -> int:
             return landed
 
 
-def run_everything(lake: EmbeddedLake) -> None:
-    """Catch every consumer, the orders relay and the SQL models up, in pipeline order."""
-    for consumer in SHOP.all_consumers.values():
+def chosen_consumers(only: list[str]) -> list:
+    """The pipeline's consumers in pipeline order; with `only`, just those named."""
+    return [c for c in SHOP.all_consumers.values() if not only or c.name in only]
+
+
+def run_everything(lake: EmbeddedLake, only: list[str]) -> None:
+    """Catch the (chosen) consumers, the orders relay and the SQL models up, in pipeline order."""
+    for consumer in chosen_consumers(only):
         consumers.run_until_caught_up(lake, consumer, SHOP.all_topics, now=now)
         for aggregate in SHOP.aggregates:
             if aggregate.consumer.name == consumer.name:
@@ -162,7 +167,7 @@ def run_everything(lake: EmbeddedLake) -> None:
         run_model(lake, lake.spark, SHOP.model_graph, name)
 
 
-def prime_lake(lake: EmbeddedLake, events: int) -> Workload:
+def prime_lake(lake: EmbeddedLake, events: int, only: list[str]) -> Workload:
     """A lake holding `events` events and the shop database's snapshot, every node caught up:
     untimed, and the warm-up (JVM start, class loading, JIT) of every step measured later."""
     workload = Workload(events, seed=7, batches=1)
@@ -172,7 +177,7 @@ def prime_lake(lake: EmbeddedLake, events: int) -> Workload:
     conn.close()
     capture_shop(lake)
     ingest.ingest_topics(lake, lake.spark, list(SHOP.landed_topics.values()), now=now)
-    run_everything(lake)
+    run_everything(lake, only)
     return workload
 
 
@@ -453,8 +458,7 @@ def measure_kinds(lake: EmbeddedLake, work: SparkWork, args, work_dir: Path) -> 
     say("kinds: incremental SQL models after each 1,000 new orders")
     results.update(time_model_microbatches(lake, work, args))
     ingest.ingest_topics(lake, lake.spark, [SHOP.topic("orders")], now=now)  # the rest of them
-    chosen = [c for c in SHOP.all_consumers.values() if not args.only or c.name in args.only]
-    for consumer in chosen:
+    for consumer in chosen_consumers(args.only):
         say(f"kinds: {consumer.name}")
         results.update(time_consumer_microbatches(lake, work, consumer, args))
     references = reference_queries()
@@ -480,9 +484,9 @@ def measure_empty_ticks(lake: EmbeddedLake, work: SparkWork, args) -> dict:
     """After catching everything up: each step again with nothing new, `repeats` times."""
     say("empty: catching everything up")
     ingest.ingest_topics(lake, lake.spark, list(SHOP.landed_topics.values()), now=now)
-    run_everything(lake)
+    run_everything(lake, args.only)
     steps: dict[str, Callable[[], Any]] = {}
-    for consumer in SHOP.all_consumers.values():
+    for consumer in chosen_consumers(args.only):
         steps[f"consumer {consumer.name}"] = (
             lambda c=consumer: consumers.run_batch(lake, c, SHOP.all_topics, now=now()))
     for topic in SHOP.landed_topics.values():
@@ -590,7 +594,7 @@ def run_mode(mode: str, args) -> dict:
             lake = EmbeddedLake(spark, str(work_dir / "lake"))
             started = time.perf_counter()
             say(f"{mode}: priming a lake with {args.prime_events:,} events (untimed warm-up)")
-            prior = prime_lake(lake, args.prime_events)
+            prior = prime_lake(lake, args.prime_events, args.only)
             say(f"{mode}: landing {args.kind_events:,} new events and "
                 f"{args.shop_changes:,} shop changes")
             out["setup"] = land_new_records(lake, prior, args.kind_events, args.shop_changes)
@@ -725,7 +729,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shop-changes", type=int, default=20_000,
                    help="shop database row changes for the changelog consumers")
     p.add_argument("--ingest-events", type=int, default=100_000)
-    p.add_argument("--only", nargs="*", default=[], help="consumers to time (default: all)")
+    p.add_argument("--only", nargs="*", default=[], help="consumers to prime and time (default: all; the models need tables.customers)")
     p.add_argument("--no-reference", dest="reference", action="store_false",
                    help="leave out the Structured Streaming references")
     p.add_argument("--cores", type=int, default=2)
