@@ -651,11 +651,13 @@ def demo_step_breakdown(dagster_home: Path, run_ids: list[str]) -> dict:
 
 
 def step_group(step_key: str) -> str:
-    for prefix, group in (("ingest", "ingest"), ("capture", "capture"), ("cdc", "capture"),
-                          ("tables", "compacted + history"), ("window", "windows"),
-                          ("join", "joins"), ("aggregate", "cart fold"), ("relay", "relay"),
-                          ("views", "SQL models"), ("model", "SQL models")):
-        if prefix in step_key:
+    for prefix, group in (("ingest", "ingest"), ("cdc__", "capture"),
+                          ("consume_tables_", "compacted + history"),
+                          ("consume_window_", "windows"), ("consume_join_", "joins"),
+                          ("consume_aggregate_", "cart fold"),
+                          ("consume_product_stats", "keyed upsert"), ("log__", "orders relay"),
+                          ("views__", "SQL models")):
+        if step_key.startswith(prefix):
             return group
     return "other"
 
