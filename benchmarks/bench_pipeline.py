@@ -163,8 +163,10 @@ def run_everything(lake: EmbeddedLake, only: list[str]) -> None:
         for aggregate in SHOP.aggregates:
             if aggregate.consumer.name == consumer.name:
                 publish_orders(lake, aggregate, now=now())
-    for name in SHOP.model_graph.models:
-        run_model(lake, lake.spark, SHOP.model_graph, name)
+    graph = SHOP.model_graph
+    for name in graph.models:  # with --only, a model whose inputs were left out cannot run
+        if all(lake.exists(path) for path in graph.inputs(name)):
+            run_model(lake, lake.spark, graph, name)
 
 
 def prime_lake(lake: EmbeddedLake, events: int, only: list[str]) -> Workload:
