@@ -10,7 +10,7 @@ lives at a time):
   Structured Streaming query doing the corresponding work over the same records;
 - ``empty`` — a step with nothing new (consumer, ingest, SQL model): seconds and Spark jobs
   (classic) or Connect round trips (connect);
-- ``ingest`` — `lakelog.ingest.ingest_topics` of a landing file set against
+- ``ingest`` — `lakelog.log.ingest.ingest_topics` of a landing file set against
   ``spark.read.json`` → Parquet of the same files in the same session;
 - ``demo`` — ``lakelog demo --events N --batches 4`` as a whole process (``--demo-mode``,
   default the server, which is what `lakelog demo` uses), with its per-step breakdown read from
@@ -42,8 +42,9 @@ from typing import Any
 
 # The engine, through as few names as possible: the demo pipeline and its workload and shop
 # database, the lake, and the step functions a pipeline run calls.
-from lakelog import consumers, ingest
-from lakelog.carts import publish_orders
+from lakelog import consumers
+from lakelog.log import ingest
+from lakelog.demo.carts import publish_orders
 from lakelog.cdc import capture
 from lakelog.demo import shop_cdc
 from lakelog.demo.pipeline import pipeline as SHOP
