@@ -3,6 +3,12 @@
 `SqliteSource` (triggers and a change table) and `PostgresSource` (logical decoding, pgoutput)
 give a consistent snapshot and then the changes after it; `capture` lands both exactly once under
 ``landing/cdc.<table>/``, whatever crashes in between.
+
+What is derived from the changes lives here too: `changelog` (the topics ``cdc.<table>`` and
+their Debezium envelope; `debezium` decodes its encodings), `compacted` (the newest row per key,
+with tombstones) and `history` (SCD type 2) tables, `captured` (a source declared with all of
+those), `reconcile` (a compacted table against its source) and `change_streams` (a keyed table's
+own changes published as a changelog topic).
 """
 
 from lakelog.cdc.capture import CaptureResult, capture
