@@ -81,7 +81,8 @@ def test_demo_then_lag_and_topics(demo_home):
     assert {row["topic"] for row in lag} == {*shop.TOPICS, *shop_cdc.CHANGELOGS}
 
     topics = json.loads(lakelog("topics", "--json", home=home).stdout)
-    assert {t["topic"] for t in topics} == {*shop.TOPICS, "cart_orders", *shop_cdc.CHANGELOGS}
+    assert {t["topic"] for t in topics} == {*shop.TOPICS, "cart_orders", *shop_cdc.CHANGELOGS,
+                                            "changes.tables.customers"}
     for entry in [t for t in topics if t["topic"] in shop.TOPICS]:
         data = DeltaTable(str(home / "log" / entry["topic"])).to_pyarrow_table()
         assert entry["records"] == data.num_rows

@@ -25,7 +25,7 @@ from lakelog.cdc import (
     SourceUnavailableError,
     SqliteSource,
     capture,
-    state,
+    checkpoint,
 )
 from lakelog.demo import oltp
 from lakelog.errors import ConfigError
@@ -160,7 +160,7 @@ def test_bad_sources_and_options(sqlite_path, tmp_path, now):
     source = SqliteSource(sqlite_path, oltp.TABLES, "shop")
     with pytest.raises(ConfigError, match="max_changes"):
         capture(source, root, now=now, max_changes=0)
-    with state.locked(root, "shop"), pytest.raises(CaptureBusyError, match="another capture"):
+    with checkpoint.locked(root, "shop"), pytest.raises(CaptureBusyError, match="another capture"):
         capture(source, root, now=now)
     assert capture(source, root, now=now).snapshot_taken  # the lock is free again
     fewer = SqliteSource(sqlite_path, [oltp.CUSTOMERS], "shop")
