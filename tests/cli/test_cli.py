@@ -34,7 +34,7 @@ def env() -> dict[str, str]:
     return {k: v for k, v in subprocess_env().items() if k != "DAGSTER_HOME"}
 
 
-def lakelog(*args, home, check=True, timeout=600):
+def lakelog(*args, home, check=True, timeout=1200):
     proc = subprocess.run(
         [*LAKELOG, *args, "--home", str(home)], capture_output=True, text=True, env=env(),
         timeout=timeout,
