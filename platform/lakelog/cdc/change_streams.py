@@ -107,32 +107,32 @@ def publish_changes(lake: Lake, stream: ChangeStream, *, now: datetime) -> Publi
     if not lake.exists(stream.path):
         return PublishedChanges(0)
     table = lake.snapshot(stream.path)
-    topic_id: dict[str, Any] = {}
 
     def prepare(log: Snapshot) -> tuple[DataFrame, dict[str, Any]]:
         done = log.txn_version(stream.app_id)
-        _check_same_table(lake, stream, log, table)
+        _check_same_table(lake, stream, table)
         if done is None:
             rows, first = _snapshot_events(lake, stream, table, now=now), table.version
         else:
             rows, first = _change_events(lake, stream, done + 1, table.version), done + 1
-        topic_id.update(first=first, snapshot=done is None)
         return _envelopes(rows, stream, now=now), {METADATA_KEY: {
             "table": stream.path, "table_id": table.table_id, "first_version": first,
             "last_version": table.version, "snapshot": done is None}}
 
-    if (published_through(lake, stream) or -1) >= table.version:
+    published = published_through(lake, stream)
+    if published is not None and published >= table.version:
         return PublishedChanges(0)
     done = append(lake, stream.topic, prepare, order_by=ORDER_BY,
                   txns=[AppTxn(stream.app_id, table.version)])
     if done is None:  # another relay published through this version first
         return PublishedChanges(0)
-    result, _ = done
-    return PublishedChanges(result.records, (topic_id["first"], table.version),
-                            topic_id["snapshot"], result.version)
+    result, metadata = done
+    info = metadata[METADATA_KEY]
+    return PublishedChanges(result.records, (info["first_version"], table.version),
+                            info["snapshot"], result.version)
 
 
-def _check_same_table(lake: Lake, stream: ChangeStream, log: Snapshot, table: Snapshot) -> None:
+def _check_same_table(lake: Lake, stream: ChangeStream, table: Snapshot) -> None:
     """The stream continues the table it began on: not one recreated since (a new table id)."""
     for entry in lake.history(stream.topic.path, limit=50):
         published = entry.get(METADATA_KEY)
