@@ -13,7 +13,7 @@ from typing import Any
 
 import dagster as dg
 
-from lakelog.assets.carts import orders_relay_asset, replay_check
+from lakelog.assets.aggregates import outbox_relay_asset, replay_check
 from lakelog.assets.cdc import capture_asset, reconciliation_check
 from lakelog.assets.change_streams import change_stream_asset
 from lakelog.assets.consumers import consumer_asset, consumer_job
@@ -65,7 +65,7 @@ def build_location(
         *captures.values(),
         topic_assets(list(pipeline.landed_topics.values()), landed_by),
         *consumer_assets.values(),
-        *(fresh(orders_relay_asset(a), FRESHNESS) for a in aggregates),
+        *(fresh(outbox_relay_asset(a), FRESHNESS) for a in aggregates),
         *(fresh(change_stream_asset(s), FRESHNESS) for s in pipeline.published_streams),
         *(fresh(m, FRESHNESS) for m in (model_assets(models, tables) if models else ())),
     )
@@ -105,9 +105,9 @@ def build_definitions(
     """Everything Dagster needs for `pipeline`; `resources` default to the local ones.
 
     Each captured source adds its capture asset, its changelog topics, the consumers of its
-    compacted and history tables, and a reconciliation check per compacted table. Each cart
-    aggregate adds its consumer, its orders relay and its replay check. Each change stream adds
-    the relay that publishes its table's changes to its topic. Each windowed aggregate
+    compacted and history tables, and a reconciliation check per compacted table. Each
+    event-sourced aggregate adds its consumer, its outbox relay and its replay check. Each change
+    stream adds the relay that publishes its table's changes to its topic. Each windowed aggregate
     adds its consumer and its hourly replay asset (the unit of backfill); each join its
     consumer. The SQL models folder adds one asset per model; every topic, compacted and
     history table gets its blocking data-quality checks, which also gate its consumers across

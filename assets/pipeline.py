@@ -28,8 +28,8 @@ from lakelog.assets.partitions import HOUR_KEY
 from lakelog.cdc.captured import CapturedSource
 from lakelog.cdc.change_streams import ChangeStream
 from lakelog.consumers import Consumer
-from lakelog.demo.carts import CartAggregate
 from lakelog.log.topics import Topic
+from lakelog.sourcing import Aggregate
 from lakelog.views import ModelGraph
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class LiveGraph:
     #: Per consumer, the blocking checks of the tables it reads (`lakelog.assets.gates`).
     gates: Mapping[str, tuple[dg.AssetCheckKey, ...]] = field(default_factory=dict)
     sources: tuple[CapturedSource, ...] = ()
-    aggregates: tuple[CartAggregate, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
     models: ModelGraph | None = None
     #: Tables whose changes are published to a topic (`lakelog.cdc.change_streams`).
     change_streams: tuple[ChangeStream, ...] = ()

@@ -46,7 +46,7 @@ from lakelog.cdc import checkpoint as capture_checkpoint
 from lakelog.consumers import checkpoints
 from lakelog.consumers import lag
 from lakelog.demo import shop_cdc
-from lakelog.demo.carts import decided_through, published_through
+from lakelog.sourcing import decided_through, published_through
 from lakelog.demo.pipeline import pipeline as shop_pipeline
 from lakelog.demo.shop import CARTS, TOPICS
 from lakelog.demo.workload import Workload
@@ -344,7 +344,7 @@ class Freshness:
     def relay(self, cart_batches: list[int | None]) -> None:
         """log/cart_orders reflects set k once the relay published the last cart batch that
         decided orders, up to the batch reflecting set k."""
-        path, outbox = CARTS.orders_topic.path, CARTS.orders.path
+        path, outbox = CARTS.outbox_topic.path, CARTS.outbox.path
         decided = set(DeltaTable(str(self.lake / outbox)).to_pyarrow_table(columns=["batch"])
                       .column("batch").to_pylist())
         log, app = commits(self.lake / path), f"lakelog.outbox:{CARTS.consumer.name}"

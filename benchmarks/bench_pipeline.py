@@ -44,7 +44,7 @@ from typing import Any
 # database, the lake, and the step functions a pipeline run calls.
 from lakelog import consumers
 from lakelog.log import ingest
-from lakelog.demo.carts import publish_orders
+from lakelog.sourcing import publish_outbox
 from lakelog.cdc import capture
 from lakelog.demo import shop_cdc
 from lakelog.demo.pipeline import pipeline as SHOP
@@ -163,7 +163,7 @@ def run_everything(lake: EmbeddedLake, only: list[str]) -> None:
         consumers.run_until_caught_up(lake, consumer, SHOP.all_topics, now=now)
         for aggregate in SHOP.aggregates:
             if aggregate.consumer.name == consumer.name:
-                publish_orders(lake, aggregate, now=now())
+                publish_outbox(lake, aggregate, now=now())
     graph = SHOP.model_graph
     for name in graph.models:  # with --only, a model whose inputs were left out cannot run
         if all(lake.exists(path) for path in graph.inputs(name)):
@@ -235,7 +235,7 @@ def time_consumer_microbatches(lake: EmbeddedLake, work: SparkWork, consumer, ar
         found["records"] = result.records
         if relay:
             with work.counted() as relayed:
-                relayed["records"] = publish_orders(lake, relay[0], now=now()).orders
+                relayed["records"] = publish_outbox(lake, relay[0], now=now()).events
         if i >= args.warmup:
             runs.append(found)
             if relay:
@@ -496,8 +496,8 @@ def measure_empty_ticks(lake: EmbeddedLake, work: SparkWork, args) -> dict:
         steps[f"ingest {topic.name}"] = (
             lambda t=topic: ingest.ingest(lake, lake.spark, t, now=now()))
     for aggregate in SHOP.aggregates:
-        steps[f"relay {aggregate.orders_topic.name}"] = (
-            lambda a=aggregate: publish_orders(lake, a, now=now()))
+        steps[f"relay {aggregate.outbox_topic.name}"] = (
+            lambda a=aggregate: publish_outbox(lake, a, now=now()))
     for name in SHOP.model_graph.models:
         steps[f"model {name}"] = (
             lambda n=name: run_model(lake, lake.spark, SHOP.model_graph, n))

@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import Any
 
 import dagster as dg
-
 from lakelog.assets.gates import describe, verdicts
 from lakelog.assets.naming import capture_key, output_key, topic_key
 from lakelog.assets.pipeline import LiveGraph
@@ -25,11 +24,11 @@ from lakelog.cdc import change_streams
 from lakelog.cdc.lag import capture_lag
 from lakelog.consumers import checkpoints
 from lakelog.consumers.backlog import Backlog, backlog
-from lakelog.demo.carts import decided_through, published_through
 from lakelog.errors import LakelogError
 from lakelog.lake import Lake
 from lakelog.log import landing
 from lakelog.resources import SourceResource
+from lakelog.sourcing import decided_through, published_through
 from lakelog.views import why_stale
 
 
@@ -108,7 +107,7 @@ def _relays(found: Found, live: LiveGraph, lake: Lake) -> None:
     for aggregate in live.aggregates:
         done, decided = published_through(lake, aggregate), decided_through(lake, aggregate)
         if decided > done:
-            found.add([topic_key(aggregate.orders_topic)], f"relay:{aggregate.consumer.name}",
+            found.add([topic_key(aggregate.outbox_topic)], f"relay:{aggregate.consumer.name}",
                       [done, decided])
     for stream in live.change_streams:
         version = change_streams.table_version(lake, stream)

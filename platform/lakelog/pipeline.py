@@ -1,7 +1,7 @@
 """A pipeline declared once: what the CLI, the Dagster code location and the main job all read.
 
 A user declares one `Pipeline` in a module of their own — topics, consumers, windowed
-aggregates, joins, captured sources, cart aggregates and a folder of SQL models — and points
+aggregates, joins, captured sources, event-sourced aggregates and a folder of SQL models — and points
 every tool at it (``lakelog --pipeline module[:attribute]``, ``build_definitions(pipeline)``).
 The declaration is checked as a whole when it is made, so a mistake (two topics of one name, a
 consumer of an undeclared topic, a missing models folder, a model's bad ref) is one
@@ -21,10 +21,10 @@ from lakelog.cdc.captured import CapturedSource
 from lakelog.cdc.change_streams import ChangeStream
 from lakelog.cdc.compacted import CompactedTable
 from lakelog.consumers import Consumer
-from lakelog.demo.carts import CartAggregate
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
 from lakelog.joins import AsOfJoin, EnrichJoin, TableJoin, WindowJoin
 from lakelog.log.topics import Topic
+from lakelog.sourcing import Aggregate
 from lakelog.views import ModelGraph, load_models
 from lakelog.windows import WindowedAggregate
 
@@ -40,8 +40,8 @@ class Pipeline:
 
     `topics` are filled from the landing zone (``<home>/landing/<topic>/``); captured `sources`
     add their changelog topics (landed by their capture) and the consumers of their compacted
-    and history tables; each cart aggregate of `aggregates` adds its consumer and the topic its
-    orders are relayed to; `windows` and `joins` add their consumers. `models` is the folder of
+    and history tables; each event-sourced aggregate of `aggregates` (`lakelog.sourcing.Aggregate`)
+    adds its consumer and the topic its outbox is relayed to; `windows` and `joins` add their consumers. `models` is the folder of
     SQL models (``*.sql``), which may ref any table the pipeline writes. `change_streams` names
 keyed tables the pipeline writes (``tables/customers``) whose changes are published as the
 changelog topics ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Each collection may be
@@ -55,7 +55,7 @@ changelog topics ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Ea
     windows: tuple[WindowedAggregate, ...] = ()
     joins: tuple[Join, ...] = ()
     sources: tuple[CapturedSource, ...] = ()
-    aggregates: tuple[CartAggregate, ...] = ()
+    aggregates: tuple[Aggregate, ...] = ()
     models: Path | None = None
     change_streams: tuple[str, ...] = ()
     model_graph: ModelGraph | None = field(init=False, repr=False, compare=False, default=None)
@@ -74,7 +74,7 @@ changelog topics ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Ea
             ("windows", WindowedAggregate, "WindowedAggregate"),
             ("joins", JOIN_TYPES, "WindowJoin, EnrichJoin, AsOfJoin or TableJoin"),
             ("sources", CapturedSource, "CapturedSource"),
-            ("aggregates", CartAggregate, "CartAggregate"),
+            ("aggregates", Aggregate, "lakelog.sourcing.Aggregate"),
             ("change_streams", str, "table path"),
         ):
             items = _as_tuple(getattr(self, attribute))
@@ -97,7 +97,7 @@ changelog topics ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Ea
     def _graph_problems(self) -> list[str]:
         problems = self._stream_problems()
         topics = [*self.topics, *(t for s in self.sources for t in s.changelogs.values()),
-                  *(a.orders_topic for a in self.aggregates),
+                  *(a.outbox_topic for a in self.aggregates),
                   *(s.topic for s in self.published_streams)]
         problems += _duplicates("topic", [t.name for t in topics])
         consumers = self._consumer_list
@@ -167,15 +167,15 @@ changelog topics ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Ea
 
     @cached_property
     def all_topics(self) -> dict[str, Topic]:
-        """Every topic by name: the landed ones, those cart aggregates relay orders to and the
+        """Every topic by name: the landed ones, those aggregates relay their outbox to and the
         tables' change streams."""
         return {**self.landed_topics,
-                **{a.orders_topic.name: a.orders_topic for a in self.aggregates},
+                **{a.outbox_topic.name: a.outbox_topic for a in self.aggregates},
                 **{s.topic.name: s.topic for s in self.published_streams}}
 
     @cached_property
     def all_consumers(self) -> dict[str, Consumer]:
-        """Every consumer by name: the tables' of captured sources, the declared ones, the cart
+        """Every consumer by name: the tables' of captured sources, the declared ones, the
         aggregates', the windows' and the joins'."""
         return {c.name: c for c in self._consumer_list}
 
@@ -224,7 +224,7 @@ changelog topics ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Ea
         it decided and a relay already published elsewhere would be decided and published again."""
         outputs = {o.path for o in self.consumer(name).outputs}
         return tuple(
-            f"its orders were relayed to topic {a.orders_topic.name}, which keeps them: a "
+            f"its decided events were relayed to topic {a.outbox_topic.name}, which keeps them: a "
             "rebuild would decide and publish them again"
             for a in self.aggregates if a.consumer.name == name
         ) + tuple(

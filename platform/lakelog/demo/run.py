@@ -159,9 +159,9 @@ def _count(
             if batches:
                 progress(f"  {consumer.name}: {batches} microbatches, {done['records']} records")
     for aggregate in pipeline.aggregates:
-        for done in report.of(aggregate.orders_topic.path):
+        for done in report.of(aggregate.outbox_topic.path):
             progress(f"  {done['orders_published']} checkout orders published to "
-                     f"{aggregate.orders_topic.name}")
+                     f"{aggregate.outbox_topic.name}")
     models = [k for k in report.selected if k.startswith("views/")]
     if models or report.left_out:
         summary.models = len([k for k in models if report.of(k)])

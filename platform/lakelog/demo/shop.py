@@ -194,7 +194,7 @@ PRODUCT_STATS_CONSUMER = Consumer(
 )
 
 #: The shopping cart as an event-sourced aggregate of the cart_events commands; its checkouts
-#: become orders, published to the topic ``cart_orders`` by `lakelog.demo.carts.publish_orders`.
+#: become orders, published to the topic ``cart_orders`` by `lakelog.sourcing.publish_outbox`.
 CARTS = CartAggregate()
 
 CONSUMERS: dict[str, Consumer] = {c.name: c for c in (PRODUCT_STATS_CONSUMER, CARTS.consumer)}

@@ -7,7 +7,7 @@ onto it (`lakelog.demo.carts.fold`) and writes, as one exactly-once microbatch (
 - ``streams/<name>_rejections`` — appended: every refused command, with its reason;
 - ``streams/<name>_snapshots`` — appended: a cart's state every `snapshot_every` accepted events;
 - ``streams/<name>_orders`` — appended: the order of every accepted checkout, with the batch
-  that decided it (the outbox `lakelog.demo.carts.orders.publish_orders` relays to the orders topic);
+  that decided it (the outbox `lakelog.sourcing.publish_outbox` relays to the orders topic);
 - ``streams/<name>_state`` — upserted by cart id: the current state of every changed cart.
 
 The state is committed last. A retry recomputes the outputs its batch has not committed yet,
@@ -16,12 +16,16 @@ holds the batch, nothing is left to recompute — so a transform always folds on
 before its batch (and refuses to run otherwise). Carts continue across batches from their stored
 state, and a cart's commands are all in one log partition, so any split of the log into
 microbatches folds each cart's commands in the same order: the result equals one batch.
+
+`CartAggregate` is the demo's implementation of `lakelog.sourcing.Aggregate`: the engine, the
+Dagster assets and the sensors know it only through that interface.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -30,9 +34,10 @@ from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.demo.carts import fold
 from lakelog.demo.carts.schemas import ORDER_EVENT, OUTBOX, REJECTION, STATE
 from lakelog.errors import ConcurrentWriteError, ConfigError
-from lakelog.lake import AppTxn, already_committed
+from lakelog.lake import AppTxn, Lake, already_committed
 from lakelog.lake.upsert import candidate_files
 from lakelog.log.topics import EventTime, Retention, Topic
+from lakelog.sourcing import ReplayCheck
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 KEY = ("cart_id",)
@@ -76,11 +81,12 @@ class CartAggregate:
         return Output(f"streams/{self.name}_rejections", REJECTION, role=Role.REJECTED)
 
     @property
-    def orders(self) -> Output:
+    def outbox(self) -> Output:
+        """The orders of accepted checkouts, each with the batch that decided it."""
         return Output(f"streams/{self.name}_orders", OUTBOX)
 
     @property
-    def orders_topic(self) -> Topic:
+    def outbox_topic(self) -> Topic:
         """The topic checkouts' orders are published to, for downstream consumers."""
         return Topic(
             f"{self.name}_orders", ORDER_EVENT, key="user_id", partitions=self.order_partitions,
@@ -92,7 +98,7 @@ class CartAggregate:
         return Consumer(
             name=f"aggregate.{self.name}",
             topics=(self.topic,),
-            outputs=(self.rejections, self.snapshots, self.orders, self.state),  # state last
+            outputs=(self.rejections, self.snapshots, self.outbox, self.state),  # state last
             transform=self.transform,
             max_records_per_batch=self.max_records_per_batch,
         )
@@ -115,7 +121,33 @@ class CartAggregate:
         return {
             self.rejections.path: fold.rejections(folded),
             self.snapshots.path: fold.snapshots(folded),
-            self.orders.path: fold.orders(folded).withColumn("batch", F.lit(batch.batch)),
+            self.outbox.path: fold.orders(folded).withColumn("batch", F.lit(batch.batch)),
             # The files read hold every stored state of the batch's carts.
             self.state.path: Changes(fold.states(folded), files=files),
         }
+
+    #: Orders are published in the order they were decided: batch, then log position.
+    outbox_order = ("_batch", "_partition", "_offset")
+
+    def outbox_records(self, rows: DataFrame, *, now: datetime) -> DataFrame:
+        """Outbox rows as orders-topic records (envelope without partition and offset)."""
+        return rows.select(
+            F.col("user_id").alias("key"),
+            F.col("order_id").alias("event_id"),
+            F.col("checkout_time").alias("event_time"),
+            "user_id", "session_id", "order_id", "cart_id", "items", "total", "checkout_time",
+            F.create_map(
+                F.lit("source"), F.lit(self.consumer.name),
+                F.lit("batch"), F.col("batch").cast("string"),
+            ).alias("headers"),
+            F.lit(now).cast("timestamp").alias("ingest_time"),
+            F.col("batch").alias("_batch"),
+            F.col("partition").alias("_partition"),
+            F.col("offset").alias("_offset"),
+        )
+
+    def verify(self, lake: Lake, commands: Topic) -> ReplayCheck:
+        """Both rebuilds of `lakelog.demo.carts.replay` compared with the live state."""
+        from lakelog.demo.carts.replay import verify  # replay builds on this module
+
+        return verify(lake, self, commands)

@@ -15,9 +15,8 @@ it cannot check are counted, not hidden.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import reduce
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -26,39 +25,15 @@ from pyspark.sql.window import Window
 
 from lakelog.consumers import checkpoints
 from lakelog.demo.carts import fold
-from lakelog.demo.carts.aggregate import CartAggregate
 from lakelog.demo.carts.schemas import COMMAND, STATE
 from lakelog.errors import ConsumerBusyError
 from lakelog.lake import Lake
 from lakelog.log.offsets import partition_states, read_offsets, topic_snapshot
 from lakelog.log.topics import Topic
+from lakelog.sourcing import REBUILDS, Difference, Rebuild, ReplayCheck
 
-Rebuild = Literal["full_replay", "snapshot_replay"]
-REBUILDS: tuple[Rebuild, ...] = ("full_replay", "snapshot_replay")
-
-
-@dataclass(frozen=True)
-class Difference:
-    cart_id: str
-    rebuild: Rebuild
-    expected: Mapping[str, Any] | None  # the rebuilt state; None: the rebuild has no such cart
-    found: Mapping[str, Any] | None  # the live state; None: the live table has no such cart
-
-
-@dataclass(frozen=True)
-class ReplayCheck:
-    batch: int  # the consumer batch the live state is at (-1: nothing consumed yet)
-    offsets: Mapping[int, int]  # per log partition, the committed offset the rebuilds stop at
-    carts: int  # carts in the live state
-    from_snapshots: int  # carts the snapshot replay started from a snapshot
-    unverifiable: Mapping[Rebuild, int]  # carts whose needed commands retention removed
-    mismatches: Mapping[Rebuild, int]
-    differences: tuple[Difference, ...] = field(default_factory=tuple)  # the first few
-
-    @property
-    def passed(self) -> bool:
-        return not any(self.mismatches.values())
-
+if TYPE_CHECKING:
+    from lakelog.demo.carts.aggregate import CartAggregate
 
 def _by_partition(partition: Column, values: Mapping[int, int], default: int) -> Column:
     """`values[partition]` as a column (`default` for a partition not in `values`)."""
@@ -150,7 +125,7 @@ def replay_from_snapshots(
 def _difference(row: Any, rebuild: Rebuild) -> Difference:
     expected, found = row[rebuild], row["live"]
     return Difference(
-        cart_id=row["cart_id"],
+        key=row["cart_id"],
         rebuild=rebuild,
         expected=expected.asDict(recursive=True) if expected else None,
         found=found.asDict(recursive=True) if found else None,
@@ -217,7 +192,7 @@ def verify(
     return ReplayCheck(
         batch=batch,
         offsets=upto,
-        carts=counts["carts"],
+        states=counts["carts"],
         from_snapshots=counts["from_snapshots"],
         unverifiable={r: counts[f"lost_{r}"] for r in REBUILDS},
         mismatches={r: counts[f"differs_{r}"] for r in REBUILDS},

@@ -15,15 +15,7 @@ from pyspark.sql import types as T
 from lakelog import consumers
 from lakelog.consumers import checkpoints
 from lakelog.log import ingest
-from lakelog.demo.carts import (
-    REASONS,
-    CartAggregate,
-    consume_and_publish,
-    fold,
-    publish_orders,
-    published_through,
-    verify,
-)
+from lakelog.demo.carts import REASONS, CartAggregate, fold, verify
 from lakelog.consumers import BatchInput, Consumer, Output
 from lakelog.demo.carts.schemas import MONEY, STATE
 from lakelog.demo.shop import CART_EVENTS
@@ -32,6 +24,7 @@ from lakelog.errors import ConcurrentWriteError, ConfigError
 from lakelog.lake import AppTxn, EmbeddedLake, already_committed
 from lakelog.lake.upsert import upsert
 from lakelog.log.retention import enforce_retention
+from lakelog.sourcing import Aggregate, consume_and_publish, publish_outbox, published_through
 
 TOPICS = {CART_EVENTS.name: CART_EVENTS}
 BASE = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
@@ -151,7 +144,7 @@ def outputs(lake, aggregate):
         sorted((r["partition"], r["offset"], r["cart_id"], r["reason"])
                for r in rows(aggregate.rejections)),
         sorted((r["order_id"], items_of(r), r["total"], r["offset"])
-               for r in rows(aggregate.orders)),
+               for r in rows(aggregate.outbox)),
     )
 
 
@@ -327,7 +320,7 @@ def test_replay_from_snapshots_and_from_offset_zero_equal_the_live_state(lake, s
     consumers.run_until_caught_up(lake, aggregate.consumer, TOPICS, now=lambda: now)
     check = verify(lake, aggregate, CART_EVENTS)
     assert check.passed and check.batch == 1 and sum(check.offsets.values()) == 30
-    assert check.carts == 6 and check.from_snapshots >= 4
+    assert check.states == 6 and check.from_snapshots >= 4
     assert check.mismatches == {"full_replay": 0, "snapshot_replay": 0}
 
     # Corrupt one cart's live state and another cart's latest snapshot: both are caught.
@@ -343,7 +336,7 @@ def test_replay_from_snapshots_and_from_offset_zero_equal_the_live_state(lake, s
     lake.write(lake.snapshot(aggregate.snapshots.path), forged)
     check = verify(lake, aggregate, CART_EVENTS)
     assert check.mismatches == {"full_replay": 1, "snapshot_replay": 2}
-    found = {(d.rebuild, d.cart_id) for d in check.differences}
+    found = {(d.rebuild, d.key) for d in check.differences}
     assert found == {("full_replay", victim), ("snapshot_replay", victim),
                      ("snapshot_replay", other["cart_id"])}
 
@@ -376,7 +369,7 @@ def test_after_retention_the_snapshot_replay_still_verifies_old_carts(lake, spar
            changed.withColumn("version", F.col("version") + 1), keys=("cart_id",))
     check = verify(lake, aggregate, CART_EVENTS)
     assert check.mismatches == {"full_replay": 0, "snapshot_replay": 1}
-    assert [(d.rebuild, d.cart_id) for d in check.differences] == [("snapshot_replay", victim)]
+    assert [(d.rebuild, d.key) for d in check.differences] == [("snapshot_replay", victim)]
 
 
 class CrashingLake(EmbeddedLake):
@@ -413,10 +406,10 @@ def test_crashes_after_emitting_orders_duplicate_nothing(spark, lake, now):
     produce(lake, spark, now, random_commands(seed=5, n=30))
     # Batch 0 crashes after committing its orders, before its state.
     with pytest.raises(RuntimeError, match="crash at"):
-        consume_and_publish(CrashingLake(spark, lake.root, aggregate.orders.path), aggregate,
+        consume_and_publish(CrashingLake(spark, lake.root, aggregate.outbox.path), aggregate,
                             TOPICS, now=lambda: now)
     batch0 = AppTxn(aggregate.consumer.app_id, 0)
-    assert already_committed(lake.snapshot(aggregate.orders.path), batch0)
+    assert already_committed(lake.snapshot(aggregate.outbox.path), batch0)
     assert not already_committed(lake.snapshot(aggregate.state.path), batch0)
     # Its retry finishes it; batch 1 then crashes after all its outputs, before its offsets.
     offsets = checkpoints.checkpoint_path(aggregate.consumer.name)
@@ -430,16 +423,16 @@ def test_crashes_after_emitting_orders_duplicate_nothing(spark, lake, now):
     assert results[0].outputs_written == ()  # all committed before the crash: nothing twice
     expected = reference_fold(log_records(lake), snapshot_every=2)
     assert outputs(lake, aggregate) == expected
-    assert published.orders == len(expected[3]) >= 2 and published.batches == (0, 1)
+    assert published.events == len(expected[3]) >= 2 and published.batches == (0, 1)
 
     # The relay crashes right after its commit: a rerun publishes nothing more.
     produce(lake, spark, now, [json.dumps(cmd(900, "z", "add", "p0", 1, 1.5, user="u9")),
                                json.dumps(cmd(901, "z", "checkout", user="u9"))])
     consumers.run_until_caught_up(lake, aggregate.consumer, TOPICS, now=lambda: now)
-    topic = aggregate.orders_topic
+    topic = aggregate.outbox_topic
     with pytest.raises(RuntimeError, match="crash at"):
-        publish_orders(CrashingLake(spark, lake.root, topic.path), aggregate, now=now)
-    assert publish_orders(lake, aggregate, now=now).orders == 0
+        publish_outbox(CrashingLake(spark, lake.root, topic.path), aggregate, now=now)
+    assert publish_outbox(lake, aggregate, now=now).events == 0
     published = lake.read(lake.snapshot(topic.path))
     assert sorted(r["order_id"] for r in published.collect()) == sorted(
         [o[0] for o in expected[3]] + ["o:z:2"]
@@ -478,7 +471,7 @@ def test_demo_workload_cart_events_end_to_end(lake, spark, now):
     # Every accepted checkout has exactly one order, published once.
     checkouts = {(r["partition"], r["offset"]) for r in records if r["action"] == "checkout"}
     accepted = checkouts - {(p, o) for p, o, _, _ in rejections}
-    assert len(orders) == len(accepted) == published.orders > 0
+    assert len(orders) == len(accepted) == published.events > 0
     # They are the orders the shop's server created when it took those checkouts.
     assert {o[0].split(":")[1]: o[2] for o in orders} == shop_orders(workload)
     # The workload's deliberately invalid commands are among the rejections.
@@ -486,7 +479,7 @@ def test_demo_workload_cart_events_end_to_end(lake, spark, now):
     assert verify(lake, aggregate, CART_EVENTS).passed
 
     # A downstream consumer reads the orders topic like any other.
-    topic = aggregate.orders_topic
+    topic = aggregate.outbox_topic
     copy = Output("streams/order_copy", T.StructType(
         [T.StructField("order_id", T.StringType()), T.StructField("total", MONEY)]
     ))

@@ -1,36 +1,36 @@
-"""The cart aggregate in Dagster: the relay that publishes its orders, and the replay check."""
+"""Event-sourced aggregates in Dagster: the relay that publishes an aggregate's outbox to its
+topic, and the check that replaying the command log rebuilds the live state."""
 
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
 import dagster as dg
-
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.naming import output_key, topic_key
-from lakelog.demo.carts import CartAggregate, publish_orders, verify
 from lakelog.errors import ConsumerBusyError
 from lakelog.log.topics import Topic
 from lakelog.resources import LakeResource
+from lakelog.sourcing import Aggregate, publish_outbox
 
 
-def orders_relay_asset(aggregate: CartAggregate) -> dg.AssetsDefinition:
-    """``log/<orders topic>``: the aggregate's decided orders (its outbox), published once each."""
-    topic = aggregate.orders_topic
+def outbox_relay_asset(aggregate: Aggregate) -> dg.AssetsDefinition:
+    """``log/<outbox topic>``: the events the aggregate decided (its outbox), published once each."""
+    topic = aggregate.outbox_topic
 
     @dg.asset(
         key=topic_key(topic),
-        deps=[output_key(aggregate.orders)],
+        deps=[output_key(aggregate.outbox)],
         group_name="log",
         kinds={"spark", "delta"},
-        description=f"Orders of accepted checkouts, relayed from {aggregate.orders.path} "
-        "exactly once (the relay's cursor commits with the append).",
+        description=f"Events decided by {aggregate.consumer.name}, relayed from "
+        f"{aggregate.outbox.path} exactly once (the relay's cursor commits with the append).",
     )
     def _relay(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
         with engine_errors():
-            result = publish_orders(lake.open(), aggregate, now=datetime.now(timezone.utc))
-        context.log.info(f"published {result.orders} orders of batches {result.batches}")
+            result = publish_outbox(lake.open(), aggregate, now=datetime.now(timezone.utc))
+        context.log.info(f"published {result.events} events of batches {result.batches}")
         return dg.MaterializeResult(
-            metadata={"orders_published": result.orders,
+            metadata={"events_published": result.events,
                       "batches": list(result.batches) if result.batches else []}
         )
 
@@ -38,9 +38,9 @@ def orders_relay_asset(aggregate: CartAggregate) -> dg.AssetsDefinition:
 
 
 def replay_check(
-    aggregate: CartAggregate, topics: Mapping[str, Topic]
+    aggregate: Aggregate, topics: Mapping[str, Topic]
 ) -> dg.AssetChecksDefinition:
-    """Rebuilding the carts from the latest snapshots plus the tail, and from offset 0, both
+    """Rebuilding the state from the latest snapshots plus the tail, and from offset 0, both
     equal the live state."""
     commands = topics[aggregate.topic]
 
@@ -48,12 +48,12 @@ def replay_check(
         asset=output_key(aggregate.state),
         name="replay_matches",
         description="A full replay of the command log and a replay from the latest snapshots "
-        "both rebuild the live cart state.",
+        "both rebuild the live state.",
     )
     def _replay_matches(lake: LakeResource) -> dg.AssetCheckResult:
         try:
             with engine_errors():
-                check = verify(lake.open(), aggregate, commands)
+                check = aggregate.verify(lake.open(), commands)
         except dg.Failure as failure:
             if isinstance(failure.__cause__, ConsumerBusyError):
                 return dg.AssetCheckResult(
@@ -64,7 +64,7 @@ def replay_check(
         return dg.AssetCheckResult(
             passed=check.passed,
             metadata={
-                "batch": check.batch, "carts": check.carts,
+                "batch": check.batch, "states": check.states,
                 "from_snapshots": check.from_snapshots,
                 "mismatches": dict(check.mismatches),
                 "unverifiable": dict(check.unverifiable),
