@@ -14,6 +14,9 @@ CONSUMER_TAG = "lakelog/consumer"
 #: The concurrency pool of the ingest step (limit 1 in deploy/dagster.yaml): one run ingests at
 #: a time, whichever topics it selected.
 INGEST_POOL = "lakelog/ingest"
+#: Run tag of the runs that keep the graph up to date (the pipeline sensor's, `lakelog run` and
+#: `lakelog demo`): their hour partition labels the run, it asks for no recompute of that hour.
+CATCH_UP_TAG = "lakelog/catch_up"
 
 
 def capture_key(server_name: str) -> dg.AssetKey:

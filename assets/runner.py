@@ -31,7 +31,7 @@ import dagster as dg
 
 from lakelog.assets.location import build_location
 from lakelog.assets.gates import verdicts
-from lakelog.assets.naming import capture_key, output_key
+from lakelog.assets.naming import CATCH_UP_TAG, capture_key, output_key
 from lakelog.assets.pipeline import PIPELINE
 from lakelog.consumers import Consumer
 from lakelog.lake import Lake
@@ -119,7 +119,7 @@ class Runner:
         self._lake: Lake = resources["lake"].open()  # metadata only: Spark starts on first use
         self.lake_root = self._lake.root
         self._tags = {**(tags or {}), RUNNER_HOST: socket.gethostname(),
-                      RUNNER_PID: str(os.getpid())}
+                      RUNNER_PID: str(os.getpid()), CATCH_UP_TAG: "true"}
         self._unchecked: dg.JobDefinition | None = None
 
     def capture_keys(self) -> set[dg.AssetKey]:

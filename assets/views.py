@@ -3,7 +3,9 @@
 The models are loaded and checked when the definitions are built, so a bad model (unknown ref,
 cycle, unparseable config, duplicate name) fails the code location with its file and problem.
 A model's warning checks (value ranges, row-count change, unique key) run on the rows the run
-just wrote, inside the asset, and never stop downstream models.
+just wrote, inside the asset, and never stop downstream models. A run whose rows are those an
+earlier evaluation validated (the same table version; for a view, the same SQL over the same input
+versions) reports that evaluation again instead of validating the same rows twice.
 """
 
 from collections.abc import Iterator, Mapping
@@ -11,10 +13,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from pydantic import Field
 
 from lakelog.assets.errors import engine_errors
-from lakelog.assets.naming import output_key, topic_key
+from lakelog.assets.naming import CATCH_UP_TAG, output_key, topic_key
 from lakelog.assets.partitions import HOUR_KEY, HOURLY
 from lakelog.assets.quality import check_result
 from lakelog.consumers import Consumer
@@ -23,6 +26,10 @@ from lakelog.log.topics import Topic
 from lakelog.quality.names import model_checks
 from lakelog.resources import LakeResource, SparkResource
 from lakelog.views import Model, ModelGraph, ModelRun, load_models, model_rows, run_model
+from lakelog.views.progress import fingerprint
+
+FINISHED = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
+
 
 class ViewConfig(dg.Config):
     full_refresh: bool = Field(
@@ -53,6 +60,38 @@ def _row_count(lake: Lake, model: Model, version: int | None) -> int | None:
     if not model.stored or version is None:
         return None
     return sum(f.num_records for f in lake.snapshot(model.path, version).files())
+
+
+def _rows_validated(model: Model, run: ModelRun) -> str | None:
+    """Names the rows a run left, so that equal names mean equal rows; None if no name can
+    (SQL that reads the clock or randomness)."""
+    if model.volatile:
+        return None
+    if model.stored:
+        return f"{model.path} v{run.version}"
+    inputs = ", ".join(f"{p} v{v}" for p, v in sorted(run.inputs.items()))
+    return f"view {model.name} (sql {fingerprint(model):x}) over {inputs}"
+
+
+def _earlier_evaluations(
+    instance: dg.DagsterInstance, key: dg.AssetKey, names: list[str], rows: str | None
+) -> list[dg.AssetCheckResult] | None:
+    """The last evaluation of each check, if every one validated `rows` (the latest record is
+    this run's own, still planned: the last finished one is asked for)."""
+    found = []
+    for name in names:
+        [record] = instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(key, name), limit=1, status=FINISHED) or [None]
+        evaluation = record.event.asset_check_evaluation if record and record.event else None
+        validated = evaluation.metadata.get("validated") if evaluation else None
+        if rows is None or validated is None or validated.value != rows:
+            return None
+        found.append(dg.AssetCheckResult(
+            asset_key=key, check_name=name, passed=evaluation.passed,
+            severity=evaluation.severity, description=evaluation.description,
+            metadata={**evaluation.metadata, "evaluated_by_run": record.run_id},
+        ))
+    return found
 
 
 def _description(model: Model) -> str:
@@ -87,10 +126,12 @@ def model_asset(
         spark: SparkResource,
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         the_lake, session = lake.open(), spark.session()
+        # A backfill or a run for chosen hours recomputes them; a catch-up run's hour is a label.
+        asked = partitioned and context.run.tags.get(CATCH_UP_TAG) != "true"
         with engine_errors():
             run: ModelRun = run_model(
                 the_lake, session, graph, name, full_refresh=config.full_refresh,
-                hours=_hours(context) if partitioned else (),
+                hours=_hours(context) if asked else (),
             )
         context.log.info(f"model {name}: {run.mode} ({run.reason})")
         metadata = run.as_metadata()
@@ -108,7 +149,13 @@ def model_asset(
                         metadata={"mode": run.mode, "version": run.version,
                                   "recomputed_by": f"the run for {', '.join(sorted(own))}"},
                     ))
+        rows_validated = _rows_validated(model, run)
         if checks:
+            earlier = _earlier_evaluations(context.instance, key, [c.name for c in checks],
+                                           rows_validated)
+            if earlier is not None:
+                yield from earlier
+                return
             from lakelog.quality.suites import model_suites
             from lakelog.quality.validate import validate
 
@@ -119,7 +166,8 @@ def model_asset(
                     model_suites(model, previous_rows=previous),
                 )
             for outcome in outcomes:
-                yield check_result(outcome, asset_key=key, version=run.version)
+                yield check_result(outcome, asset_key=key, version=run.version,
+                                   validated=rows_validated)
 
     return _model
 

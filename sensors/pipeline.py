@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from lakelog.assets.naming import CATCH_UP_TAG
 from lakelog.assets.pipeline import PIPELINE, LiveGraph
 from lakelog.resources import LakeResource, SourceResource
 from lakelog.sensors.cursors import digest
@@ -88,6 +89,7 @@ def pipeline_sensor(
                 run_key=run_key,
                 asset_selection=sorted(selected, key=lambda k: k.to_user_string()),
                 partition_key=live.partition_key(selected, now),
+                tags={CATCH_UP_TAG: "true"},
             )],
             asset_events=events,
             cursor=json.dumps(cursor, sort_keys=True),

@@ -134,3 +134,39 @@ def test_partitioned_runs_full_refresh_and_spark_errors(shop_lake, resources, tm
     message = failure.step_failure_data.user_failure_data.description
     assert message.startswith(f"ModelRunError: {tmp_path / 'broken.sql'}: Spark could not run")
     assert "no_such_column" in message and "UNRESOLVED_COLUMN" in message
+
+
+def test_a_run_on_unchanged_inputs_reports_the_checks_of_the_same_rows(
+        shop_lake, resources, tmp_path):
+    for name, materialized in (("per_user", "table"), ("per_user_view", "view")):
+        (tmp_path / f"{name}.sql").write_text(
+            f"{{{{ config(materialized='{materialized}', ranges={{'views': (0, 1)}}) }}}}\n"
+            "SELECT user_id, count(*) AS views FROM {{ ref('log/page_views') }} GROUP BY user_id"
+        )
+    assets = view_definitions(tmp_path, TABLES)
+    instance = dg.DagsterInstance.ephemeral()
+
+    def run():
+        result = dg.materialize(assets, resources=resources, instance=instance)
+        modes = {e.asset_key.path[-1]: e.materialization.metadata["mode"].value
+                 for e in result.get_asset_materialization_events()}
+        checks = {c.asset_key.path[-1]: c for c in result.get_asset_check_evaluations()}
+        return result.run_id, modes, checks
+
+    first_run, modes, validated = run()
+    assert modes == {"per_user": "full", "per_user_view": "view"}
+    assert not any(c.passed for c in validated.values())  # a user viewed 2 pages
+    assert not any("evaluated_by_run" in c.metadata for c in validated.values())
+    _, modes, reported = run()
+    assert modes == {"per_user": "unchanged", "per_user_view": "view"}
+    for name, check in reported.items():
+        assert (check.passed, check.description) == (False, validated[name].description)
+        assert check.metadata["evaluated_by_run"].value == first_run
+
+    late = shop_lake.read(shop_lake.snapshot("log/page_views")).limit(1)
+    append(shop_lake, TOPICS["page_views"], lambda snapshot: (
+        late.drop("partition", "offset").withColumn("event_id", F.lit("v99")), {}
+    ), order_by=["event_id"])
+    _, modes, revalidated = run()
+    assert modes["per_user"] == "full"
+    assert not any("evaluated_by_run" in c.metadata for c in revalidated.values())

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from lakelog.assets.runner import Runner, RunReport
 
 #: The numbers `lakelog run` shows per materialized asset, when its metadata has them.
-SHOWN = ("records_appended", "records", "batches", "orders_published", "changes", "mode")
+SHOWN = ("records_appended", "records", "batches", "events_published", "changes", "mode")
 
 
 @contextlib.contextmanager

@@ -160,8 +160,8 @@ def _count(
                 progress(f"  {consumer.name}: {batches} microbatches, {done['records']} records")
     for aggregate in pipeline.aggregates:
         for done in report.of(aggregate.outbox_topic.path):
-            progress(f"  {done['orders_published']} checkout orders published to "
-                     f"{aggregate.outbox_topic.name}")
+            progress(f"  {done['events_published']} events of {aggregate.consumer.name} "
+                     f"published to {aggregate.outbox_topic.name}")
     models = [k for k in report.selected if k.startswith("views/")]
     if models or report.left_out:
         summary.models = len([k for k in models if report.of(k)])

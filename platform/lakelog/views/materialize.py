@@ -109,14 +109,20 @@ def run_model(
         if not model.stored:
             everything().createOrReplaceTempView(model.name)
             return ModelRun(name, "view", "a view is recomputed on every read", versions)
-        if model.config.materialized == "table":
-            return _full(lake, model, everything(), pinned, "a table is recomputed in full")
         if full_refresh:
             return _full(lake, model, everything(), pinned, "full refresh requested")
         if not lake.exists(model.path):
             return _full(lake, model, everything(), pinned, "first run")
         output = lake.snapshot(model.path)
         state, reason = load_state(output, model, pinned)
+        if model.config.materialized == "table":
+            if state is not None and not model.volatile and all(
+                    state[p] == v for p, v in versions.items()):
+                return ModelRun(name, "unchanged", "no input changed since the last run",
+                                versions, output.version, output.version, 0)
+            why = "its SQL reads the clock or randomness" if model.volatile else (
+                reason if state is None else "an input changed")
+            return _full(lake, model, everything(), pinned, f"a table is recomputed in full: {why}")
         if state is None:
             return _full(lake, model, everything(), pinned, reason)
         try:

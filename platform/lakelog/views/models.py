@@ -25,6 +25,12 @@ TABLE_KINDS = ("log", "tables", "history", "streams")
 TABLE_PATH = re.compile(r"^(%s)/[A-Za-z0-9_][A-Za-z0-9_.-]*$" % "|".join(TABLE_KINDS))
 #: The column an hour-partitioned model's rows carry their hour in.
 HOUR = "hour"
+#: SQL functions whose value changes between runs on the same input (clock, randomness).
+VOLATILE = re.compile(
+    r"\b(current_timestamp|current_date|now|localtimestamp|rand|randn|random|uuid|shuffle)\b"
+    r"|\bunix_timestamp\s*\(\s*\)",
+    re.IGNORECASE,
+)
 
 Range = tuple[float | None, float | None]
 
@@ -74,6 +80,12 @@ class Model:
     @property
     def stored(self) -> bool:
         return self.config.materialized != "view"
+
+    @property
+    def volatile(self) -> bool:
+        """Whether its SQL (or a view it inlines) reads the clock or randomness, so that a run
+        on unchanged inputs may give other rows."""
+        return any(VOLATILE.search(t) for t in (self.template, *self.inlined))
 
 
 def ref_path(ref: str) -> str:

@@ -216,6 +216,7 @@ def folded(spark):
 
 def test_every_rejection_reason_has_a_scenario_and_bad_declarations_are_refused():
     assert {r for _, reasons in SCENARIOS.values() for r in reasons} == set(REASONS)
+    assert isinstance(CartAggregate(), Aggregate)  # the engine's interface, nothing more
     with pytest.raises(ConfigError, match="lowercase"):
         CartAggregate("Carts")
     with pytest.raises(ConfigError, match="snapshot_every"):
