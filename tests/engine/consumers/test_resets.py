@@ -150,6 +150,6 @@ def test_a_rebuild_waits_for_a_batch_in_progress(lake, spark, now):
 
 
 def test_a_consumer_whose_decisions_were_published_is_not_rebuilt(lake, now):
-    with pytest.raises(UnsafeReplayError, match="aggregate.cart cannot be rebuilt: its orders "
-                       "were relayed to topic cart_orders"):
+    with pytest.raises(UnsafeReplayError, match="aggregate.cart cannot be rebuilt: its decided "
+                       "events were relayed to topic cart_orders"):
         rebuild_consumer(lake, shop, "aggregate.cart", to="earliest", now=now)
