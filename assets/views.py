@@ -78,13 +78,15 @@ def _earlier_evaluations(
 ) -> list[dg.AssetCheckResult] | None:
     """The last evaluation of each check, if every one validated `rows` (the latest record is
     this run's own, still planned: the last finished one is asked for)."""
+    if rows is None:
+        return None
     found = []
     for name in names:
         [record] = instance.event_log_storage.get_asset_check_execution_history(
             dg.AssetCheckKey(key, name), limit=1, status=FINISHED) or [None]
         evaluation = record.event.asset_check_evaluation if record and record.event else None
         validated = evaluation.metadata.get("validated") if evaluation else None
-        if rows is None or validated is None or validated.value != rows:
+        if validated is None or validated.value != rows:
             return None
         found.append(dg.AssetCheckResult(
             asset_key=key, check_name=name, passed=evaluation.passed,

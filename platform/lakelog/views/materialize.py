@@ -115,11 +115,12 @@ def run_model(
             return _full(lake, model, everything(), pinned, "first run")
         output = lake.snapshot(model.path)
         state, reason = load_state(output, model, pinned)
-        if model.config.materialized == "table":
-            if state is not None and not model.volatile and all(
-                    state[p] == v for p, v in versions.items()):
-                return ModelRun(name, "unchanged", "no input changed since the last run",
-                                versions, output.version, output.version, 0)
+        table = model.config.materialized == "table"
+        unchanged = state is not None and all(state[p] == v for p, v in versions.items())
+        if unchanged and not hours and not (table and model.volatile):
+            return ModelRun(name, "unchanged", "no input changed since the last run", versions,
+                            output.version, output.version, 0)
+        if table:
             why = "its SQL reads the clock or randomness" if model.volatile else (
                 reason if state is None else "an input changed")
             return _full(lake, model, everything(), pinned, f"a table is recomputed in full: {why}")
@@ -131,9 +132,6 @@ def run_model(
             }
         except ChangesUnavailableError as gone:  # e.g. vacuumed since the last run
             return _full(lake, model, everything(), pinned, f"rebuilt: {gone}")
-        if not changes and not hours:
-            return ModelRun(name, "unchanged", "no input changed since the last run", versions,
-                            output.version, output.version, 0)
         if model.config.partition_by == "hour":
             found = touched_hours(changes)
             if found is None:
