@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 
 import dagster as dg
+
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.naming import output_key, topic_key
 from lakelog.errors import ConsumerBusyError
@@ -14,7 +15,8 @@ from lakelog.sourcing import Aggregate, publish_outbox
 
 
 def outbox_relay_asset(aggregate: Aggregate) -> dg.AssetsDefinition:
-    """``log/<outbox topic>``: the events the aggregate decided (its outbox), published once each."""
+    """``log/<outbox topic>``: the events the aggregate decided (its outbox), each published
+    once."""
     topic = aggregate.outbox_topic
 
     @dg.asset(

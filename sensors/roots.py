@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 import dagster as dg
+
 from lakelog.assets.gates import describe, verdicts
 from lakelog.assets.naming import capture_key, output_key, topic_key
 from lakelog.assets.pipeline import LiveGraph

@@ -8,15 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
 from lakelog.consumers import BatchInput, Consumer, Output, checkpoints
 from lakelog.errors import ConcurrentWriteError
 from lakelog.lake import AppTxn, Lake, already_committed
 from lakelog.log.offsets import read_offsets, topic_snapshot
 from lakelog.log.topics import EventTime, Topic
 from lakelog.sourcing import REBUILDS, Difference, ReplayCheck
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 PAYMENT = T.StructType([
     T.StructField("event_id", T.StringType(), False),

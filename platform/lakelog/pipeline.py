@@ -1,8 +1,9 @@
 """A pipeline declared once: what the CLI, the Dagster code location and the main job all read.
 
 A user declares one `Pipeline` in a module of their own — topics, consumers, windowed
-aggregates, joins, captured sources, event-sourced aggregates and a folder of SQL models — and points
-every tool at it (``lakelog --pipeline module[:attribute]``, ``build_definitions(pipeline)``).
+aggregates, joins, captured sources, event-sourced aggregates and a folder of SQL models — and
+points every tool at it (``lakelog --pipeline module[:attribute]``,
+``build_definitions(pipeline)``).
 The declaration is checked as a whole when it is made, so a mistake (two topics of one name, a
 consumer of an undeclared topic, a missing models folder, a model's bad ref) is one
 `ConfigError` naming every problem, before anything runs.
@@ -40,11 +41,12 @@ class Pipeline:
 
     `topics` are filled from the landing zone (``<home>/landing/<topic>/``); captured `sources`
     add their changelog topics (landed by their capture) and the consumers of their compacted
-    and history tables; each event-sourced aggregate of `aggregates` (`lakelog.sourcing.Aggregate`)
-    adds its consumer and the topic its outbox is relayed to; `windows` and `joins` add their consumers. `models` is the folder of
-    SQL models (``*.sql``), which may ref any table the pipeline writes. `change_streams` names
-keyed tables the pipeline writes (``tables/customers``) whose changes are published as the
-changelog topics ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Each collection may be
+    and history tables; each event-sourced aggregate of `aggregates`
+    (`lakelog.sourcing.Aggregate`) adds its consumer and the topic its outbox is relayed to;
+    `windows` and `joins` add their consumers. `models` is the folder of SQL models (``*.sql``),
+    which may ref any table the pipeline writes. `change_streams` names keyed tables the pipeline
+    writes (``tables/customers``) whose changes are published as the changelog topics
+    ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Each collection may be
     given as any iterable (or a mapping by name) and is kept as a tuple, so the declaration
     cannot change once checked.
     """

@@ -7,14 +7,15 @@ import json
 from datetime import datetime, timezone
 
 import dagster as dg
+from ledger import PAYMENTS, Ledger, payment
+from shop_records import cart_event
+
 from lakelog.assets.aggregates import outbox_relay_asset, replay_check
 from lakelog.assets.consumers import consumer_asset
 from lakelog.assets.location import build_definitions
 from lakelog.demo.shop import CARTS, TOPICS
 from lakelog.log.ingest import produce
 from lakelog.pipeline import Pipeline
-from ledger import PAYMENTS, Ledger, payment
-from shop_records import cart_event
 
 ORDERS_TOPIC = dg.AssetKey(["log", "cart_orders"])
 

@@ -8,6 +8,9 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from ledger import PAYMENTS, Ledger, payment
+from pyspark.sql import functions as F
+
 from lakelog.errors import ConfigError
 from lakelog.lake import EmbeddedLake
 from lakelog.log import ingest
@@ -20,8 +23,6 @@ from lakelog.sourcing import (
     publish_outbox,
     published_through,
 )
-from ledger import PAYMENTS, Ledger, payment
-from pyspark.sql import functions as F
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -77,7 +78,8 @@ def test_replay_check_finds_a_tampered_state(spark, lake: EmbeddedLake):
 
     state = lake.snapshot(ledger.state.path)
     tampered = lake.read(state).withColumn(
-        "balance", F.when(F.col("user_id") == "u3", F.col("balance") + 1).otherwise(F.col("balance"))
+        "balance",
+        F.when(F.col("user_id") == "u3", F.col("balance") + 1).otherwise(F.col("balance")),
     )
     lake.write(state, tampered, mode="overwrite")
     check = ledger.verify(lake, PAYMENTS)

@@ -35,6 +35,7 @@ from lakelog.sourcing import REBUILDS, Difference, Rebuild, ReplayCheck
 if TYPE_CHECKING:
     from lakelog.demo.carts.aggregate import CartAggregate
 
+
 def _by_partition(partition: Column, values: Mapping[int, int], default: int) -> Column:
     """`values[partition]` as a column (`default` for a partition not in `values`)."""
     return reduce(
