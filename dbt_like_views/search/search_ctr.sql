@@ -2,7 +2,8 @@
           expect=[('expect_column_values_to_be_unique', {'column': 'query'})]) }}
 -- Click-through rate per search query: the share of searches with at least one click on a
 -- result within the hour after the search, from the stream-stream join of searches and clicks
--- (one row per click, and one unclicked row per search that got none).
+-- (one row per click, one unclicked row per search that got none, and one row without a search
+-- per click whose search never came: those have no search_time and are left out below).
 -- Only searches whose hour has closed count: the join emits a search without a click only once
 -- its watermark (newest event time - 10 minutes) passes search time + 1 hour, so counting the
 -- newer ones would see their clicks but not their misses and overstate the rate.

@@ -28,8 +28,10 @@ ORDER = Side(
     ),
 )
 
-#: Click-through: every search with the clicks on its results within the hour after it, and
-#: once that hour has passed the watermark, every search without a click.
+#: Click-through: every search with the clicks on its results within the hour after it; once
+#: that hour has passed the watermark, every search without a click; and once the watermark has
+#: passed a click, every click whose search never came (it was a dead letter, or late): a full
+#: outer join, so upstream loss shows.
 SEARCH_CLICKS = WindowJoin(
     name="search_clicks",
     left=Side(
@@ -56,6 +58,7 @@ SEARCH_CLICKS = WindowJoin(
     within=timedelta(hours=1),
     watermark=Watermark(lateness=timedelta(minutes=10), idle_timeout=timedelta(minutes=5)),
     matched="clicked",
+    how="full",
 )
 
 ORDERS_ENRICHED = EnrichJoin(

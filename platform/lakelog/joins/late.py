@@ -16,7 +16,9 @@ from lakelog.joins.side import TRAILER
 Reason = Literal["window_closed", "behind_watermark", "null_key"]
 #: ``window_closed``: a right record whose every possible left match has had its window closed
 #: (its time + within is older than the watermark); ``behind_watermark``: any other record older
-#: than the watermark; ``null_key``: a right record with a null key column, which matches nothing.
+#: than the watermark; ``null_key``: a record with a null key column, which matches nothing, on a
+#: side whose unmatched records the join does not emit (the right of a left join, the left of a
+#: right join).
 REASONS: tuple[str, ...] = get_args(Reason)
 
 SCHEMA = T.StructType([

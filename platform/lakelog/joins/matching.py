@@ -6,17 +6,22 @@ before and after the batch, in this order:
 1. **De-duplicate** — a record delivered twice in the batch counts once, and a copy of a record
    that is still buffered is ignored. (A copy that arrives after its record left the buffer is
    older than the watermark, so step 2 reports it.)
-2. **Late** — a record older than the watermark before the batch, and a right record with a
-   null key (it can match nothing), goes to the late table and is not joined. A left record
-   with a null key is kept: it matches nothing and is emitted unmatched when its window closes.
+2. **Late** — a record older than the watermark before the batch goes to the late table and
+   is not joined; so does a record with a null key (it can match nothing) on a side whose
+   unmatched records are not kept (the right of a left join, the left of a right join). On a
+   kept side a null-key record matches nothing and is emitted unmatched when it closes.
 3. **Match** — new left × (buffered right ∪ new right), and buffered left × new right. Buffered
    × buffered pairs were formed in the batch that brought the later of the two, so every pair
-   is emitted exactly once, in the first batch that holds both records.
+   is emitted exactly once, in the first batch that holds both records. A buffered record
+   remembers in `_matched` whether it found a match (left records; right ones too where the
+   join keeps unmatched right records).
 4. **Close** — a left record whose window ends before the watermark after the batch
-   (``left_time + within < watermark``) leaves the buffer; one that never matched is emitted
-   unmatched now. No right record still to come can match it: it would be late.
+   (``left_time + within < watermark``) leaves the buffer; in a left or full join one that never
+   matched is emitted unmatched now. No right record still to come can match it: it would be
+   late.
 5. **Expire** — a right record older than the watermark after the batch leaves the buffer: a
-   left record that could still match it (``left_time <= right_time``) would be late.
+   left record that could still match it (``right_time - within <= left_time <= right_time``)
+   would be late. In a right or full join one that never matched is emitted unmatched now.
 
 All of it is one shuffle: buffered and new rows are partitioned by the join key, and within a
 key each left row finds its right rows in the list of the key's right rows (the rows of one key
@@ -57,7 +62,8 @@ def _key(name: str) -> str:
 
 def buffer_schema(join: WindowJoin) -> T.StructType:
     """One row per buffered record of either input: the other input's columns are null, and
-    `_matched` (left records only) says whether a match was emitted."""
+    `_matched` says whether a match was emitted (left records; right records where the join
+    keeps unmatched ones)."""
     return T.StructType([
         T.StructField("_side", T.StringType()),
         T.StructField("_event_id", T.StringType()),
@@ -71,7 +77,7 @@ def buffer_schema(join: WindowJoin) -> T.StructType:
 
 @dataclass(frozen=True)
 class Matches:
-    joined: DataFrame  # output rows: matches, and unmatched left records whose window closed
+    joined: DataFrame  # output rows: matches, and the kept sides' unmatched records that closed
     late: DataFrame  # late-table rows
     buffered: DataFrame  # buffer rows to insert or replace
     expired: DataFrame  # buffer keys to delete
@@ -95,6 +101,7 @@ def match_batch(
     keys = [_key(k) for k in join.keys]
     side = F.col("_side")
     new = F.col("_new")
+    keep_left, keep_right = join.how in ("left", "full"), join.how in ("right", "full")
     every = (
         buffer.select(*buffer_schema(join).fieldNames(), F.lit(False).alias("_new"),
                       *[F.lit(None).cast(f.dataType).alias(f.name) for f in _ORIGIN])
@@ -108,7 +115,8 @@ def match_batch(
     every = every.withColumn("_copy", F.row_number().over(copies)).where(F.col("_copy") == 1)
 
     null_key = reduce(lambda a, b: a | b, [F.col(k).isNull() for k in keys])
-    reason = F.when(~new, None).when((side == "right") & null_key, "null_key")
+    unkept = {"left": side == "right", "right": side == "left", "full": F.lit(False)}[join.how]
+    reason = F.when(~new, None).when(unkept & null_key, "null_key")
     if before is not None:
         behind = F.col("_time") < F.lit(before)
         reason = reason.when(
@@ -118,21 +126,28 @@ def match_batch(
     joining = F.col("_reason").isNull()
     is_left, is_right = joining & (side == "left"), joining & (side == "right")
 
+    def in_window(left_time: Column, right_time: Column) -> Column:
+        return (right_time >= left_time) & (right_time <= left_time + F.lit(join.within))
+
+    # A null key joins nothing: such rows are left out of the lists (they share a partition).
+    by_key = Window.partitionBy(*keys)
     right_row = F.struct(F.col("_time").alias("_r_time"), new.alias("_r_new"),
                          *join.right.names)
-    rights = F.collect_list(F.when(is_right, right_row)).over(Window.partitionBy(*keys))
-
-    def in_window(r: Column) -> Column:
-        return (r["_r_time"] >= F.col("_time")) & (
-            r["_r_time"] <= F.col("_time") + F.lit(join.within)
-        )
-
-    every = every.withColumn("_rights", rights).select(
-        "*",
-        F.when(is_left, F.filter("_rights", lambda r: in_window(r) & (new | r["_r_new"])))
-        .alias("_pairs"),
-        F.when(is_left, F.col("_matched") | F.exists("_rights", in_window)).alias("_now"),
-    ).drop("_rights")
+    rights = F.collect_list(F.when(is_right & ~null_key, right_row)).over(by_key)
+    columns = [
+        F.when(is_left, F.filter(
+            rights, lambda r: in_window(F.col("_time"), r["_r_time"]) & (new | r["_r_new"])
+        )).alias("_pairs"),
+        F.when(is_left, F.col("_matched") | F.exists(
+            rights, lambda r: in_window(F.col("_time"), r["_r_time"])
+        )).alias("_now"),
+    ]
+    if keep_right:
+        lefts = F.collect_list(F.when(is_left & ~null_key, F.col("_time"))).over(by_key)
+        columns[1] = F.when(is_right, F.coalesce(F.col("_matched"), F.lit(False)) | F.exists(
+            lefts, lambda t: in_window(t, F.col("_time"))
+        )).otherwise(columns[1]).alias("_now")
+    every = every.select("*", *columns)
     # Computed once: four outputs are cut from it.
     rows = every.localCheckpoint(eager=True) if cache is None else cache(every)
 
@@ -146,21 +161,35 @@ def match_batch(
         *join.left.names, *[F.col("_pair")[n].alias(n) for n in join.right.names],
         F.lit(True).alias(join.matched), *trailer(batch=batch, time=F.col("_time")),
     )
-    unmatched = rows.where(closed & ~F.col("_now")).select(
-        *join.left.names,
-        *[F.lit(None).cast(f.dataType).alias(f.name) for f in join.right.fields],
-        F.lit(False).alias(join.matched), *trailer(batch=batch, time=F.col("_time")),
-    )
+    joined = matches
+    if keep_left:
+        joined = joined.unionByName(_unmatched(join, rows.where(closed & ~F.col("_now")), "left",
+                                               batch=batch))
+    if keep_right:
+        joined = joined.unionByName(_unmatched(join, rows.where(expired & ~F.col("_now")),
+                                               "right", batch=batch))
+    tracked = is_left | (is_right & F.lit(keep_right))
     changed = (is_left & ~closed & (new | (F.col("_now") != F.col("_matched")))) | (
-        is_right & new & ~expired
+        is_right & ~expired & (new | (tracked & (F.col("_now") != F.col("_matched"))))
     )
     return Matches(
-        joined=matches.unionByName(unmatched),
+        joined=joined,
         late=_late(join, rows.where(~joining), before=before, batch=batch),
         buffered=rows.where(changed)
-        .withColumn("_matched", F.when(is_left, F.col("_now")))
+        .withColumn("_matched", F.when(tracked, F.col("_now")))
         .select(*buffer_schema(join).fieldNames()),
         expired=rows.where(~new & (closed | expired)).select(*BUFFER_KEY),
+    )
+
+
+def _unmatched(join: WindowJoin, rows: DataFrame, which: Which, *, batch: int) -> DataFrame:
+    """Output rows of records of one side that closed without a match: the other side's
+    columns are null."""
+    own = join.left if which == "left" else join.right
+    return rows.select(
+        *[F.col(f.name) if f in own.fields else F.lit(None).cast(f.dataType).alias(f.name)
+          for f in [*join.left.fields, *join.right.fields]],
+        F.lit(False).alias(join.matched), *trailer(batch=batch, time=F.col("_time")),
     )
 
 

@@ -1,14 +1,18 @@
-"""Stream–stream window join (left outer), e.g. searches with the clicks on their results.
+"""Stream–stream window join (left, right or full outer), e.g. searches with the clicks on
+their results.
 
 A right record joins a left record with equal `keys` whose event time lies in
 ``[left_time, left_time + within]``. The consumer ``join.<name>`` reads both topics and writes,
 per microbatch (`lakelog.joins.matching` has the rules step by step):
 
 - ``streams/<name>`` (appended) — one row per (left, right) match, in the first batch in which
-  both have been seen, in either arrival order; and one row per left record that matched
-  nothing, with null right columns and `matched` false, in the batch in which the watermark
-  passes ``left_time + within`` (its window closed). A left record that matched appears only
-  as matched, never also as unmatched; each row is written exactly once.
+  both have been seen, in either arrival order. A left join (`how="left"`) also writes one row
+  per left record that matched nothing, with null right columns and `matched` false, in the
+  batch in which the watermark passes ``left_time + within`` (its window closed); a right join
+  (`how="right"`) one row per right record that matched nothing, with null left columns, in the
+  batch in which the watermark passes ``right_time`` (no left record still to come could match
+  it: it would be late); a full join both. A record that matched appears only as matched,
+  never also as unmatched; each row is written exactly once.
 - ``streams/<name>_late`` (appended) — records not joined because they came too late (or, on
   the right, have a null key), with the reason and the watermark they were judged against
   (`lakelog.joins.late`).
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -48,9 +52,13 @@ from lakelog.joins.side import TRAILER, Side, check_columns, check_name
 from lakelog.log.offsets import RangeStats
 
 
+How = Literal["left", "right", "full"]
+
+
 @dataclass(frozen=True)
 class WindowJoin:
-    """`left` records with the `right` records of equal `keys` within `within` after them."""
+    """`left` records with the `right` records of equal `keys` within `within` after them; `how`
+    says whose unmatched records are emitted too (left, right or both: full)."""
 
     name: str
     left: Side
@@ -61,6 +69,7 @@ class WindowJoin:
     watermark: Watermark
     #: The output column saying whether the left record found a match.
     matched: str = "matched"
+    how: How = "left"
     max_records_per_batch: int = 250_000
 
     def __post_init__(self) -> None:
@@ -80,6 +89,9 @@ class WindowJoin:
                                   f"{self.left.topic.name} and {self.right.topic.name}")
         if self.within < timedelta(0):
             raise ConfigError(f"{owner}: within must be >= 0")
+        if self.how not in get_args(How):
+            raise ConfigError(f"{owner}: how must be one of {', '.join(get_args(How))}, "
+                              f"not {self.how!r}")
         check_columns(owner, self.output.schema.fieldNames())
 
     @property

@@ -16,7 +16,9 @@ from lakelog.joins import Side, WindowJoin
 
 
 def pairs(rows):
-    return sorted((r["search_event_id"], r["click_event_id"], r["clicked"]) for r in rows)
+    """(search, click, clicked) of each row; an unmatched click's search is None."""
+    return sorted(((r["search_event_id"], r["click_event_id"], r["clicked"]) for r in rows),
+                  key=str)
 
 
 def test_matches_in_either_order_and_an_unmatched_search_once_its_window_closed(spark):
@@ -111,12 +113,50 @@ def test_declaration_errors():
     with pytest.raises(ConfigError, match="lowercase"):
         WindowJoin("Bad", SEARCH_CLICKS.left, SEARCH_CLICKS.right, ("query_id",),
                    timedelta(hours=1), SEARCH_CLICKS.watermark)
+    with pytest.raises(ConfigError, match="how must be one of left, right, full, not 'inner'"):
+        replace(SEARCH_CLICKS, how="inner")
+
+
+def test_a_full_join_emits_unmatched_records_of_both_sides_once_they_close(spark):
+    steps = Steps(spark, replace(SEARCH_CLICKS, how="full"))
+    # c1 is for s1; c2's search never comes; c3 has no key; s2 has no click.
+    joined, late = steps.run(
+        [search("s1", 0, query="q1"), search("s2", 5, query="q2")],
+        [click("c1", 10, query="q1"), click("c2", 20, query="q9"), click("c3", 25, query=None)],
+        before=None, after=at(15),
+    )
+    assert pairs(joined) == [("s1", "c1", True)] and late == []
+    # The watermark passes c2 and c3: no search still to come could match them.
+    joined, _ = steps.run([], [], before=at(15), after=at(30))
+    assert pairs(joined) == [(None, "c2", False), (None, "c3", False)]
+    c2 = next(r for r in joined if r["click_event_id"] == "c2")
+    assert c2["query_id"] is None and c2["product_id"] == "p-1" and c2["hour"] == local(at(0))
+    # c1 matched: no unmatched row when it expires; s2's window closes at minute 65.
+    joined, _ = steps.run([], [], before=at(30), after=at(66))
+    assert pairs(joined) == [("s2", None, False)]
+    assert steps.buffer == []
+
+
+def test_a_right_join_keeps_unmatched_clicks_and_sends_keyless_searches_to_the_late_table(spark):
+    steps = Steps(spark, replace(SEARCH_CLICKS, how="right"))
+    joined, late = steps.run([search("s1", 0, query="q1"), search("s0", 1, query=None)],
+                             [click("c1", 40, query="q1"), click("c2", 50, query="q2")],
+                             before=None, after=at(45))
+    assert pairs(joined) == [("s1", "c1", True)]
+    assert [(r["event_id"], r["reason"]) for r in late] == [("s0", "null_key")]
+    # s1 closes without an unmatched row (a right join); c2 expires unmatched; a search for c2
+    # that comes now is late (the watermark passed c2), as its click's row says.
+    joined, late = steps.run([search("s2", 44, query="q2")], [], before=at(45), after=at(200))
+    assert pairs(joined) == [(None, "c2", False)]
+    assert [(r["event_id"], r["reason"]) for r in late] == [("s2", "behind_watermark")]
+    assert steps.buffer == []
 
 
 KEYS = [("s1", "q1"), ("s1", "q2"), ("s2", "q1")]
 event = st.tuples(st.sampled_from(KEYS), st.integers(0, 180))
 
 
+@pytest.mark.parametrize("how", ["left", "right", "full"])
 @settings(max_examples=5, deadline=None)
 @given(
     searches=st.lists(event, min_size=1, max_size=5),
@@ -125,9 +165,10 @@ event = st.tuples(st.sampled_from(KEYS), st.integers(0, 180))
     cuts=st.lists(st.integers(0, 14), max_size=2),
     copies=st.lists(st.integers(0, 10), max_size=2),
 )
-def test_incremental_equals_a_batch_left_outer_join(spark, searches, clicks, order, cuts, copies):
-    """Any arrival order, batch split and duplicate deliveries give the batch join's rows, with
-    a watermark that never makes a record late (the least time still to arrive)."""
+def test_incremental_equals_a_batch_outer_join(spark, how, searches, clicks, order, cuts, copies):
+    """Any arrival order, batch split and duplicate deliveries give the batch join's rows (left,
+    right or full outer), with a watermark that never makes a record late (the least time still
+    to arrive)."""
     events = [("s", f"s{i}", k, m) for i, (k, m) in enumerate(searches)]
     events += [("c", f"c{i}", k, m) for i, (k, m) in enumerate(clicks)]
     arrivals = events + [events[i % len(events)] for i in copies]
@@ -135,7 +176,7 @@ def test_incremental_equals_a_batch_left_outer_join(spark, searches, clicks, ord
     bounds = sorted({min(c, len(arrivals)) for c in cuts} | {0, len(arrivals)})
     batches = [arrivals[a:b] for a, b in zip(bounds, bounds[1:])]
 
-    steps, joined, before = Steps(spark, SEARCH_CLICKS), [], None
+    steps, joined, before = Steps(spark, replace(SEARCH_CLICKS, how=how)), [], None
     for n, part in enumerate(batches):
         rest = [m for later in batches[n + 1:] for (_, _, _, m) in later]
         after = at(min(rest)) if rest else at(1000)
@@ -150,12 +191,15 @@ def test_incremental_equals_a_batch_left_outer_join(spark, searches, clicks, ord
     if not batches:
         steps.run([], [], before=None, after=at(1000))
 
-    expected = []
-    for kind, s, key, t in events:
-        if kind != "s":
-            continue
-        hits = [c for k2, c, key2, r in events if k2 == "c" and key2 == key and t <= r <= t + 60]
-        expected += [(s, c, True) for c in hits] or [(s, None, False)]
-    assert pairs(joined) == sorted(expected)
+    pairs_of = [(s, c) for ks, s, key, t in events for kc, c, key2, r in events
+                if ks == "s" and kc == "c" and key == key2 and t <= r <= t + 60]
+    expected = [(s, c, True) for s, c in pairs_of]
+    for kind, event_id, _, _ in events:
+        if event_id not in {e for pair in pairs_of for e in pair}:
+            if kind == "s" and how in ("left", "full"):
+                expected.append((event_id, None, False))
+            if kind == "c" and how in ("right", "full"):
+                expected.append((None, event_id, False))
+    assert pairs(joined) == sorted(expected, key=str)
     assert steps.buffer == []
 

@@ -35,21 +35,23 @@ def test_search_clicks_end_to_end(lake, spark, now):
         search_line("s1", 22, query="q1"), search_line("s9", 25, query="q9"),
         search_line("s3", 100, query="q3"), search_line("s4", 99, query="q4"),
     ])
-    # Clicks for the closed s1 and s9 are late, and their unmatched rows stay; c3 joins s3.
+    # Clicks for the closed s1 and s9 are late, and their unmatched rows stay; c3 joins s3; c5's
+    # search never comes.
     deliver(lake, spark, now, clicks=[
         click_line("c1", 23, query="q1"), click_line("c9", 85, query="q9"),
-        click_line("c3", 105, query="q3"),
+        click_line("c3", 105, query="q3"), click_line("c5", 104, query="q5"),
     ])
-    # Nothing arrives for two hours: an idle tick moves the watermark on, closing s3 and s4.
+    # Nothing arrives for two hours: an idle tick moves the watermark on, closing s3 and s4,
+    # and passing c5 (a full join: its unmatched row is written).
     ticked = consumers.run_until_caught_up(lake, JOIN.consumer, TOPICS,
                                            now=lambda: now + timedelta(hours=2))
     assert [r.records for r in ticked] == [0]
 
     rows = table(lake, JOIN.output.path)
-    assert sorted((r["search_event_id"], r["click_event_id"], r["clicked"], r["batch"])
-                  for r in rows) == [
+    assert sorted(((r["search_event_id"], r["click_event_id"], r["clicked"], r["batch"])
+                   for r in rows), key=str) == [
         ("s1", None, False, 0), ("s3", "c3", True, 1), ("s4", None, False, 2),
-        ("s9", None, False, 0),
+        ("s9", None, False, 0), (None, "c5", False, 2),
     ]
     s3 = next(r for r in rows if r["search_event_id"] == "s3")
     assert (s3["search_time"], s3["click_time"], s3["hour"]) == (
