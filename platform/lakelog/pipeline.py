@@ -23,7 +23,7 @@ from lakelog.cdc.change_streams import ChangeStream
 from lakelog.cdc.compacted import CompactedTable
 from lakelog.consumers import Consumer
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
-from lakelog.joins import AsOfJoin, EnrichJoin, TableJoin, WindowJoin
+from lakelog.joins import AsOfJoin, ChangelogJoin, EnrichJoin, TableJoin, WindowJoin
 from lakelog.log.topics import Topic
 from lakelog.sourcing import Aggregate
 from lakelog.views import ModelGraph, load_models
@@ -31,8 +31,8 @@ from lakelog.windows import WindowedAggregate
 
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 
-Join = Union[WindowJoin, EnrichJoin, AsOfJoin, TableJoin]
-JOIN_TYPES = (WindowJoin, EnrichJoin, AsOfJoin, TableJoin)
+Join = Union[WindowJoin, EnrichJoin, AsOfJoin, TableJoin, ChangelogJoin]
+JOIN_TYPES = (WindowJoin, EnrichJoin, AsOfJoin, TableJoin, ChangelogJoin)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Pipeline:
             ("topics", Topic, "Topic"),
             ("consumers", Consumer, "Consumer"),
             ("windows", WindowedAggregate, "WindowedAggregate"),
-            ("joins", JOIN_TYPES, "WindowJoin, EnrichJoin, AsOfJoin or TableJoin"),
+            ("joins", JOIN_TYPES, "WindowJoin, EnrichJoin, AsOfJoin, TableJoin or ChangelogJoin"),
             ("sources", CapturedSource, "CapturedSource"),
             ("aggregates", Aggregate, "lakelog.sourcing.Aggregate"),
             ("change_streams", str, "table path"),

@@ -120,6 +120,12 @@ def test_demo_then_lag_and_topics(demo_home):
     history = table(home, shop_cdc.HISTORY["customers"].path)
     assert sum(r["is_current"] for r in history) == conn.execute(
         "SELECT count(*) FROM customers").fetchone()[0]
+    # The changelog join of products and inventory is their join at the source.
+    stock = sorted((r["product_id"], r["name"], r["warehouse"], r["quantity"])
+                   for r in table(home, "streams/product_stock"), key=str)
+    assert stock == sorted(conn.execute(
+        "SELECT p.product_id, p.name, i.warehouse, i.quantity FROM products p"
+        " LEFT JOIN inventory i ON i.product_id = p.product_id").fetchall(), key=str)
     conn.close()
 
 

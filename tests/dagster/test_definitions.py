@@ -32,13 +32,15 @@ def test_shop_definitions():
     carts = {dg.AssetKey(["streams", f"cart_{t}"])
              for t in ("state", "snapshots", "rejections", "orders")}
     windows = {"revenue_per_minute", "product_views_10m", "order_value_rolling", "user_sessions"}
-    joins = {"search_clicks", "orders_enriched", "orders_as_of", "customer_orders"}
+    joins = {"search_clicks", "orders_enriched", "orders_as_of", "customer_orders",
+             "product_stock"}
     streams = {
         *(dg.AssetKey(["streams", n]) for n in windows | joins),
         *(dg.AssetKey(["streams", f"{n}_late"]) for n in windows | {"search_clicks"}),
         dg.AssetKey(["streams", "customer_orders_rejected"]),
         dg.AssetKey(["_state", "windows", "user_sessions"]),
         dg.AssetKey(["_state", "joins", "search_clicks", "buffer"]),
+        dg.AssetKey(["_state", "joins", "product_stock", "rows"]),
         *(dg.AssetKey(["replays", n]) for n in windows),
     }
     views = {dg.AssetKey(["views", n]) for n in (

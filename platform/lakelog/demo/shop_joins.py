@@ -10,7 +10,7 @@ from datetime import timedelta
 from lakelog.consumers.watermarks import Watermark
 from lakelog.demo.shop import CLICKS, ORDERS, SEARCHES
 from lakelog.demo.shop_cdc import COMPACTED, HISTORY
-from lakelog.joins import AsOfJoin, EnrichJoin, Side, TableJoin, WindowJoin
+from lakelog.joins import AsOfJoin, ChangelogJoin, EnrichJoin, Side, TableJoin, WindowJoin
 
 CUSTOMER_KEY = "try_cast(substr(user_id, 3) as bigint)"
 CUSTOMER_COLUMNS = (("name", "name"), ("email", "email"), ("country", "country"))
@@ -91,6 +91,20 @@ CUSTOMER_ORDERS = TableJoin(
     last="last_order_time",
 )
 
+#: Every product with its stock: the products and inventory tables joined from their change
+#: streams (a changelog join may join on any columns; these two share their key).
+PRODUCT_STOCK = ChangelogJoin(
+    name="product_stock",
+    left=COMPACTED["products"],
+    right=COMPACTED["inventory"],
+    on=(("product_id", "product_id"),),
+    left_columns=(("product_id", "product_id"), ("name", "name"), ("category", "category"),
+                  ("price", "price")),
+    right_columns=(("warehouse", "warehouse"), ("quantity", "quantity")),
+    how="left",
+)
+
 JOINS = {
-    j.name: j for j in (SEARCH_CLICKS, ORDERS_ENRICHED, ORDERS_AS_OF, CUSTOMER_ORDERS)
+    j.name: j
+    for j in (SEARCH_CLICKS, ORDERS_ENRICHED, ORDERS_AS_OF, CUSTOMER_ORDERS, PRODUCT_STOCK)
 }

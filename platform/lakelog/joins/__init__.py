@@ -1,13 +1,17 @@
 """Joins of streams and tables, each a consumer writing ``streams/<name>`` (DESIGN data model).
 
-- `WindowJoin` — stream–stream window join (left outer), with a watermark, bounded state in
-  ``_state/joins/<name>/`` and a late table;
+- `WindowJoin` — stream–stream window join (left, right or full outer), with a watermark,
+  bounded state in ``_state/joins/<name>/`` and a late table;
 - `EnrichJoin` — stream–table join: records with the current row of a compacted table;
 - `AsOfJoin` — versioned join: records with the row of a history table valid at their time;
-- `TableJoin` — table–table join kept up to date from both sides' change streams.
+- `TableJoin` — per-key totals of a fact stream joined with a table, kept up to date from both
+  sides' change streams;
+- `ChangelogJoin` — table–table join of two changelog-backed tables on any columns (inner or
+  outer), kept up to date from both sides' change streams.
 """
 
 from lakelog.joins.as_of import AsOfJoin, join_as_of
+from lakelog.joins.changelog_join import ChangelogJoin
 from lakelog.joins.enrich import EnrichJoin, enrich
 from lakelog.joins.late import REASONS, Reason
 from lakelog.joins.lookup import Lookup
@@ -19,6 +23,7 @@ from lakelog.joins.window_join import WindowJoin
 __all__ = [
     "REASONS",
     "AsOfJoin",
+    "ChangelogJoin",
     "EnrichJoin",
     "Lookup",
     "Matches",
