@@ -1,7 +1,8 @@
 """A pipeline declared once: what the CLI, the Dagster code location and the main job all read.
 
 A user declares one `Pipeline` in a module of their own — topics, consumers, windowed
-aggregates, joins, captured sources, event-sourced aggregates and a folder of SQL models — and
+aggregates, joins, percolators, captured sources, event-sourced aggregates and a folder of SQL
+models — and
 points every tool at it (``lakelog --pipeline module[:attribute]``,
 ``build_definitions(pipeline)``).
 The declaration is checked as a whole when it is made, so a mistake (two topics of one name, a
@@ -25,6 +26,7 @@ from lakelog.consumers import Consumer
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
 from lakelog.joins import AsOfJoin, ChangelogJoin, EnrichJoin, TableJoin, WindowJoin
 from lakelog.log.topics import Topic
+from lakelog.search import Percolator
 from lakelog.sourcing import Aggregate
 from lakelog.views import ModelGraph, load_models
 from lakelog.windows import WindowedAggregate
@@ -43,7 +45,8 @@ class Pipeline:
     add their changelog topics (landed by their capture) and the consumers of their compacted
     and history tables; each event-sourced aggregate of `aggregates`
     (`lakelog.sourcing.Aggregate`) adds its consumer and the topic its outbox is relayed to;
-    `windows` and `joins` add their consumers. `models` is the folder of SQL models (``*.sql``),
+    `windows`, `joins` and `percolators` (stored queries matched against a topic,
+    `lakelog.search`) add their consumers. `models` is the folder of SQL models (``*.sql``),
     which may ref any table the pipeline writes. `change_streams` names keyed tables the pipeline
     writes (``tables/customers``) whose changes are published as the changelog topics
     ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Each collection may be
@@ -56,6 +59,7 @@ class Pipeline:
     consumers: tuple[Consumer, ...] = ()
     windows: tuple[WindowedAggregate, ...] = ()
     joins: tuple[Join, ...] = ()
+    percolators: tuple[Percolator, ...] = ()
     sources: tuple[CapturedSource, ...] = ()
     aggregates: tuple[Aggregate, ...] = ()
     models: Path | None = None
@@ -75,6 +79,7 @@ class Pipeline:
             ("consumers", Consumer, "Consumer"),
             ("windows", WindowedAggregate, "WindowedAggregate"),
             ("joins", JOIN_TYPES, "WindowJoin, EnrichJoin, AsOfJoin, TableJoin or ChangelogJoin"),
+            ("percolators", Percolator, "Percolator"),
             ("sources", CapturedSource, "CapturedSource"),
             ("aggregates", Aggregate, "lakelog.sourcing.Aggregate"),
             ("change_streams", str, "table path"),
@@ -158,6 +163,7 @@ class Pipeline:
             *(a.consumer for a in self.aggregates),
             *(w.consumer for w in self.windows),
             *(j.consumer for j in self.joins),
+            *(p.consumer for p in self.percolators),
         ]
 
     @cached_property
@@ -178,7 +184,7 @@ class Pipeline:
     @cached_property
     def all_consumers(self) -> dict[str, Consumer]:
         """Every consumer by name: the tables' of captured sources, the declared ones, the
-        aggregates', the windows' and the joins'."""
+        aggregates', the windows', the joins' and the percolators'."""
         return {c.name: c for c in self._consumer_list}
 
     @cached_property

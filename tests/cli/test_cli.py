@@ -78,11 +78,11 @@ def test_demo_then_lag_and_topics(demo_home):
 
     lag = json.loads(lakelog("lag", "--json", home=home).stdout)
     assert lag and all(row["lag"] == 0 for row in lag)
-    assert {row["topic"] for row in lag} == {*shop.TOPICS, *shop_cdc.CHANGELOGS}
+    assert {row["topic"] for row in lag} == {*shop.TOPICS, *shop_cdc.CHANGELOGS, "price_alerts"}
 
     topics = json.loads(lakelog("topics", "--json", home=home).stdout)
     assert {t["topic"] for t in topics} == {*shop.TOPICS, "cart_orders", *shop_cdc.CHANGELOGS,
-                                            "changes.tables.customers"}
+                                            "changes.tables.customers", "price_alerts"}
     for entry in [t for t in topics if t["topic"] in shop.TOPICS]:
         data = DeltaTable(str(home / "log" / entry["topic"])).to_pyarrow_table()
         assert entry["records"] == data.num_rows
@@ -102,6 +102,15 @@ def test_demo_then_lag_and_topics(demo_home):
     dropped = {r["event_id"] for r in table(home, "streams/revenue_per_minute_late")}
     assert sum(w["orders"] for w in windows) + len(dropped) == len(orders)
     assert dropped <= orders
+    # Saved price alerts matched the products' changes: each match fits its alert.
+    alerts = {r["alert_id"]: r for r in table(home, "log/price_alerts")}
+    matches = table(home, "streams/price_alert_matches")
+    assert len(alerts) == 60 and matches
+    for m in matches:
+        a = alerts[m["alert_id"]]
+        assert m["price"] <= a["max_price"] and m["user_id"] == a["user_id"]
+        assert a["category"] is None or m["product"].endswith(a["category"])
+        assert a["keyword"] is None or a["keyword"] in m["product"].lower()
     clicks = table(home, "streams/search_clicks")
     assert any(r["clicked"] for r in clicks)  # unmatched rows need an hour to close: none here
     assert sum(r["orders"] for r in table(home, "streams/customer_orders")) == len(orders)
@@ -121,8 +130,8 @@ def test_demo_then_lag_and_topics(demo_home):
     assert sum(r["is_current"] for r in history) == conn.execute(
         "SELECT count(*) FROM customers").fetchone()[0]
     # The changelog join of products and inventory is their join at the source.
-    stock = sorted((r["product_id"], r["name"], r["warehouse"], r["quantity"])
-                   for r in table(home, "streams/product_stock"), key=str)
+    stock = sorted([(r["product_id"], r["name"], r["warehouse"], r["quantity"])
+                    for r in table(home, "streams/product_stock")], key=str)
     assert stock == sorted(conn.execute(
         "SELECT p.product_id, p.name, i.warehouse, i.quantity FROM products p"
         " LEFT JOIN inventory i ON i.product_id = p.product_id").fetchall(), key=str)

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_shop_definitions():
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
-    topics = {dg.AssetKey(["log", name]) for name in TOPICS}
+    topics = {dg.AssetKey(["log", name]) for name in [*TOPICS, "price_alerts"]}
     changelogs = {dg.AssetKey(["log", f"cdc.{t}"]) for t in ("customers", "products", "inventory")}
     tables = {dg.AssetKey([kind, t]) for kind in ("tables", "history")
               for t in ("customers", "products", "inventory")}
@@ -41,6 +41,8 @@ def test_shop_definitions():
         dg.AssetKey(["_state", "windows", "user_sessions"]),
         dg.AssetKey(["_state", "joins", "search_clicks", "buffer"]),
         dg.AssetKey(["_state", "joins", "product_stock", "rows"]),
+        dg.AssetKey(["streams", "price_alert_matches"]),
+        dg.AssetKey(["_state", "percolators", "price_alert_matches", "queries"]),
         *(dg.AssetKey(["replays", n]) for n in windows),
     }
     views = {dg.AssetKey(["views", n]) for n in (
@@ -51,6 +53,10 @@ def test_shop_definitions():
         | {capture, dg.AssetKey(["streams", "product_stats"]), dg.AssetKey(["log", "cart_orders"]),
            dg.AssetKey(["log", "changes.tables.customers"])}
     )
+    # A percolator depends on its events and its queries.
+    assert set(graph.get(dg.AssetKey(["streams", "price_alert_matches"])).parent_keys) == {
+        dg.AssetKey(["log", "cdc.products"]), dg.AssetKey(["log", "price_alerts"])
+    }
     # A lookup join depends on the table it reads; a replay on the live windows and the log.
     assert set(graph.get(dg.AssetKey(["streams", "orders_as_of"])).parent_keys) == {
         dg.AssetKey(["log", "orders"]), dg.AssetKey(["history", "customers"])

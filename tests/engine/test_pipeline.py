@@ -36,11 +36,12 @@ def copy_of(topic_name: str, output: str = "streams/copy") -> Consumer:
 def test_the_demo_shop_is_one_pipeline():
     topics = shop_pipeline.all_topics
     assert set(topics) == {*shop.TOPICS, *shop_cdc.CHANGELOGS, "cart_orders",
-                           "changes.tables.customers"}
+                           "changes.tables.customers", "price_alerts"}
     assert set(shop_pipeline.landed_topics) == set(topics) - {"cart_orders",
                                                              "changes.tables.customers"}
     assert {"product_stats", "aggregate.cart", "window.user_sessions", "join.orders_as_of",
-            "tables.customers"} <= set(shop_pipeline.all_consumers)
+            "tables.customers", "percolate.price_alert_matches"} <= set(
+        shop_pipeline.all_consumers)
     assert set(shop_pipeline.model_graph.models) == {
         "product_funnel_hourly", "top_products_last_hour", "customer_lifetime_value",
         "search_ctr", "inventory_remaining"}

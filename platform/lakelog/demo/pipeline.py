@@ -2,7 +2,8 @@
 
 Its topics and product-stats consumer (`lakelog.demo.shop`), its shopping-cart aggregate with
 the orders relay, its windowed aggregates (`shop_windows`) and joins (`shop_joins`), its
-captured OLTP database (`shop_cdc`), the change stream of its customers table (the topic
+captured OLTP database (`shop_cdc`), its shoppers' saved price alerts matched against the
+products' changes (`shop_search`), the change stream of its customers table (the topic
 ``changes.tables.customers``) and the SQL models of the repository's ``dbt_like_views/``.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lakelog.demo import shop, shop_cdc
+from lakelog.demo import shop, shop_cdc, shop_search
 from lakelog.demo.shop_joins import JOINS
 from lakelog.demo.shop_windows import WINDOWS
 from lakelog.pipeline import Pipeline
@@ -20,11 +21,12 @@ MODELS_DIR = Path(__file__).resolve().parents[3] / "dbt_like_views"
 
 pipeline = Pipeline(
     "shop",
-    topics=shop.TOPICS,
+    topics=[*shop.TOPICS.values(), shop_search.ALERTS],
     consumers=[shop.PRODUCT_STATS_CONSUMER],
     aggregates=[shop.CARTS],
     windows=WINDOWS,
     joins=JOINS,
+    percolators=[shop_search.PRICE_ALERTS],
     sources=[shop_cdc.SHOP],
     change_streams=["tables/customers"],
     models=MODELS_DIR,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakelog import consumers
 from lakelog.consumers import Consumer
-from lakelog.demo import shop_cdc
+from lakelog.demo import shop_cdc, shop_search
 from lakelog.demo.workload import TOPICS as WORKLOAD_TOPICS
 from lakelog.demo.workload import Workload
 from lakelog.errors import ConfigError, LakelogError
@@ -104,6 +104,9 @@ def run_demo(
     try:
         for k in range(workload.batches):
             written = workload.write_batch(k, lake.root)
+            if k == 0 and shop_search.ALERTS.name in pipeline.landed_topics:
+                alerts = shop_search.land_alerts(lake.root, workload.seed)
+                written += [alerts] if alerts else []
             summary.files_written += len(written)
             progress(f"batch {k + 1}/{workload.batches}: landed {len(written)} new files")
             if conn is not None:
@@ -135,7 +138,8 @@ def _count(
     """Add what a run did to `summary`, and say it; a failed run stops the demo."""
     summary.runs.append(report.run_id)
     pipeline = runner.pipeline
-    events = [t.path for t in pipeline.topics]  # the workload's; changelogs count as changes
+    # The workload's events (changelogs count as changes, the demo's price alerts not at all).
+    events = [t.path for t in pipeline.topics if t.name in WORKLOAD_TOPICS]
     for topic in pipeline.landed_topics.values():
         for done in report.of(topic.path):
             if done.get("files"):
