@@ -61,7 +61,7 @@ def test_a_click_matches_every_open_window_of_its_key_and_bounds_are_inclusive(s
 
 
 def test_late_records_go_to_the_late_table_and_the_unmatched_row_stays(spark):
-    steps = Steps(spark, SEARCH_CLICKS)
+    steps = Steps(spark, replace(SEARCH_CLICKS, how="left"))  # a keyless click is late
     joined, _ = steps.run([search("s1", 0, query="q1"), search("s2", 50, query="q2")], [],
                           before=None, after=at(80))
     assert pairs(joined) == [("s1", None, False)]  # s1 closed; s2 is open until minute 110
