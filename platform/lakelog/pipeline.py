@@ -1,7 +1,7 @@
 """A pipeline declared once: what the CLI, the Dagster code location and the main job all read.
 
 A user declares one `Pipeline` in a module of their own — topics, consumers, windowed
-aggregates, joins, percolators, captured sources, event-sourced aggregates and a folder of SQL
+aggregates, joins, percolators, patterns, captured sources, event-sourced aggregates and a folder of SQL
 models — and
 points every tool at it (``lakelog --pipeline module[:attribute]``,
 ``build_definitions(pipeline)``).
@@ -26,6 +26,7 @@ from lakelog.consumers import Consumer
 from lakelog.errors import ConfigError, UnknownConsumerError, UnknownTopicError
 from lakelog.joins import AsOfJoin, ChangelogJoin, EnrichJoin, TableJoin, WindowJoin
 from lakelog.log.topics import Topic
+from lakelog.patterns import Pattern
 from lakelog.search import Percolator
 from lakelog.sourcing import Aggregate
 from lakelog.views import ModelGraph, load_models
@@ -45,8 +46,9 @@ class Pipeline:
     add their changelog topics (landed by their capture) and the consumers of their compacted
     and history tables; each event-sourced aggregate of `aggregates`
     (`lakelog.sourcing.Aggregate`) adds its consumer and the topic its outbox is relayed to;
-    `windows`, `joins` and `percolators` (stored queries matched against a topic,
-    `lakelog.search`) add their consumers. `models` is the folder of SQL models (``*.sql``),
+    `windows`, `joins`, `percolators` (stored queries matched against a topic,
+    `lakelog.search`) and `patterns` (complex event processing, `lakelog.patterns`) add their
+    consumers. `models` is the folder of SQL models (``*.sql``),
     which may ref any table the pipeline writes. `change_streams` names keyed tables the pipeline
     writes (``tables/customers``) whose changes are published as the changelog topics
     ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Each collection may be
@@ -60,6 +62,7 @@ class Pipeline:
     windows: tuple[WindowedAggregate, ...] = ()
     joins: tuple[Join, ...] = ()
     percolators: tuple[Percolator, ...] = ()
+    patterns: tuple[Pattern, ...] = ()
     sources: tuple[CapturedSource, ...] = ()
     aggregates: tuple[Aggregate, ...] = ()
     models: Path | None = None
@@ -80,6 +83,7 @@ class Pipeline:
             ("windows", WindowedAggregate, "WindowedAggregate"),
             ("joins", JOIN_TYPES, "WindowJoin, EnrichJoin, AsOfJoin, TableJoin or ChangelogJoin"),
             ("percolators", Percolator, "Percolator"),
+            ("patterns", Pattern, "Pattern"),
             ("sources", CapturedSource, "CapturedSource"),
             ("aggregates", Aggregate, "lakelog.sourcing.Aggregate"),
             ("change_streams", str, "table path"),
@@ -164,6 +168,7 @@ class Pipeline:
             *(w.consumer for w in self.windows),
             *(j.consumer for j in self.joins),
             *(p.consumer for p in self.percolators),
+            *(p.consumer for p in self.patterns),
         ]
 
     @cached_property
@@ -184,7 +189,7 @@ class Pipeline:
     @cached_property
     def all_consumers(self) -> dict[str, Consumer]:
         """Every consumer by name: the tables' of captured sources, the declared ones, the
-        aggregates', the windows', the joins' and the percolators'."""
+        aggregates', the windows', the joins', the percolators' and the patterns'."""
         return {c.name: c for c in self._consumer_list}
 
     @cached_property

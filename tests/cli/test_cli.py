@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -111,6 +112,20 @@ def test_demo_then_lag_and_topics(demo_home):
         assert m["price"] <= a["max_price"] and m["user_id"] == a["user_id"]
         assert a["category"] is None or m["product"].endswith(a["category"])
         assert a["keyword"] is None or a["keyword"] in m["product"].lower()
+    # Patterns: abandoned carts had no order within 5 minutes of their first add; a
+    # refinement is two searches of a session within two minutes.
+    ordered = {}
+    for o in table(home, "log/orders"):
+        ordered.setdefault(o["cart_id"], []).append(o["event_time"])
+    abandoned = table(home, "streams/abandoned_carts")
+    assert abandoned
+    for cart in abandoned:
+        assert cart["items_added"] >= 1 and cart["events"] == cart["items_added"]
+        assert not [t for t in ordered.get(cart["cart_id"], [])
+                    if cart["match_start"] < t <= cart["match_start"] + timedelta(minutes=5)]
+    refinements = table(home, "streams/search_refinements")
+    assert refinements and all(r["events"] == 2 and r["match_end"] - r["match_start"]
+                               <= timedelta(minutes=2) for r in refinements)
     clicks = table(home, "streams/search_clicks")
     assert any(r["clicked"] for r in clicks)  # unmatched rows need an hour to close: none here
     assert sum(r["orders"] for r in table(home, "streams/customer_orders")) == len(orders)

@@ -42,6 +42,9 @@ def test_shop_definitions():
         dg.AssetKey(["_state", "joins", "search_clicks", "buffer"]),
         dg.AssetKey(["_state", "joins", "product_stock", "rows"]),
         dg.AssetKey(["streams", "price_alert_matches"]),
+        *(dg.AssetKey(key) for name in ("abandoned_carts", "search_refinements")
+          for key in (["streams", name], ["streams", f"{name}_late"],
+                      ["_state", "patterns", name, "pending"])),
         dg.AssetKey(["_state", "percolators", "price_alert_matches", "queries"]),
         *(dg.AssetKey(["replays", n]) for n in windows),
     }
@@ -56,6 +59,13 @@ def test_shop_definitions():
     # A percolator depends on its events and its queries.
     assert set(graph.get(dg.AssetKey(["streams", "price_alert_matches"])).parent_keys) == {
         dg.AssetKey(["log", "cdc.products"]), dg.AssetKey(["log", "price_alerts"])
+    }
+    # A pattern depends on the topics of its events; a changelog join on both changelogs.
+    assert set(graph.get(dg.AssetKey(["streams", "abandoned_carts"])).parent_keys) == {
+        dg.AssetKey(["log", "cart_events"]), dg.AssetKey(["log", "orders"])
+    }
+    assert set(graph.get(dg.AssetKey(["streams", "product_stock"])).parent_keys) == {
+        dg.AssetKey(["log", "cdc.products"]), dg.AssetKey(["log", "cdc.inventory"])
     }
     # A lookup join depends on the table it reads; a replay on the live windows and the log.
     assert set(graph.get(dg.AssetKey(["streams", "orders_as_of"])).parent_keys) == {

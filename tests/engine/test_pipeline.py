@@ -40,7 +40,8 @@ def test_the_demo_shop_is_one_pipeline():
     assert set(shop_pipeline.landed_topics) == set(topics) - {"cart_orders",
                                                              "changes.tables.customers"}
     assert {"product_stats", "aggregate.cart", "window.user_sessions", "join.orders_as_of",
-            "tables.customers", "percolate.price_alert_matches"} <= set(
+            "tables.customers", "percolate.price_alert_matches", "pattern.abandoned_carts",
+            "pattern.search_refinements"} <= set(
         shop_pipeline.all_consumers)
     assert set(shop_pipeline.model_graph.models) == {
         "product_funnel_hourly", "top_products_last_hour", "customer_lifetime_value",

@@ -3,7 +3,8 @@
 Its topics and product-stats consumer (`lakelog.demo.shop`), its shopping-cart aggregate with
 the orders relay, its windowed aggregates (`shop_windows`) and joins (`shop_joins`), its
 captured OLTP database (`shop_cdc`), its shoppers' saved price alerts matched against the
-products' changes (`shop_search`), the change stream of its customers table (the topic
+products' changes (`shop_search`), its event patterns — abandoned carts, search refinements
+(`shop_patterns`) — the change stream of its customers table (the topic
 ``changes.tables.customers``) and the SQL models of the repository's ``dbt_like_views/``.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from lakelog.demo import shop, shop_cdc, shop_search
 from lakelog.demo.shop_joins import JOINS
+from lakelog.demo.shop_patterns import PATTERNS
 from lakelog.demo.shop_windows import WINDOWS
 from lakelog.pipeline import Pipeline
 
@@ -27,6 +29,7 @@ pipeline = Pipeline(
     windows=WINDOWS,
     joins=JOINS,
     percolators=[shop_search.PRICE_ALERTS],
+    patterns=PATTERNS,
     sources=[shop_cdc.SHOP],
     change_streams=["tables/customers"],
     models=MODELS_DIR,

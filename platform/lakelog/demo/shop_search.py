@@ -33,7 +33,7 @@ ALERTS = Topic(
         T.StructField("deleted", T.BooleanType()),
     ]),
     key="alert_id",
-    partitions=1,
+    partitions=2,
 )
 
 PRICE_ALERTS = Percolator(

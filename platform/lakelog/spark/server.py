@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -288,11 +289,15 @@ def _spawn(config: ServerConfig) -> None:
         log.write(f"\n--- lakelog: starting the Spark Connect server at {config.url} "
                   f"({datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ})\n".encode())
         log.flush()
+        # Its Python workers (pattern matching runs there) use this interpreter, which has
+        # lakelog installed, unless the environment names another.
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        if _is_loopback(config.host):
+            env["SPARK_LOCAL_IP"] = config.host
         process = subprocess.Popen(
             config.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True,  # outlives this process and its terminal's signals
-            env={**os.environ, "SPARK_LOCAL_IP": config.host} if _is_loopback(config.host)
-            else None,
+            env=env,
         )
     finally:
         log.close()

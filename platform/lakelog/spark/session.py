@@ -8,6 +8,8 @@ given) a Spark Connect session to the local server lakelog manages (`lakelog.spa
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,6 +73,8 @@ def create_session(
     """
     builder = SparkSession.builder.appName(app_name)
     builder = builder.remote(remote) if remote else builder.master(master)
+    if not remote:  # local Python workers (pattern matching) run this interpreter, with lakelog
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # A Connect server owns its cluster settings; the client sends only what lakelog requires.
     settings = {**(conf or {}), **REQUIRED_CONF} if remote else session_conf(conf)
     for key, value in settings.items():

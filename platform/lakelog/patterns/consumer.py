@@ -1,0 +1,214 @@
+"""A `Pattern` as a consumer, ``pattern.<name>``: its topics in, matches out, exactly once.
+
+Per microbatch, in this order:
+
+1. **Project** each topic's new records to the pattern's events: the key, the event time in
+   microseconds, the record's place in its log, a flag per condition (the step's or absence's
+   `where`, on its topic) and the value of each measure's column.
+2. **Late** — an event older than the watermark before the batch goes to
+   ``streams/<name>_late`` with its record, and is not matched (the windows it could fall in
+   were decided).
+3. **Match** — the pending events (``_state/patterns/<name>/pending``) and the new ones, per
+   key, through `lakelog.patterns.matcher` with the watermark after the batch (in a Python
+   worker: the matcher backtracks, which column expressions cannot). A start whose window the
+   watermark has passed is decided: a match, or not.
+4. **Write** the matches to ``streams/<name>`` (appended: one row per match, measures computed by
+   Spark from the matched events), the late events, and last the state: the events from each
+   key's first undecided start on, replacing the pending table.
+
+The watermark (consumer state, `lakelog.consumers.watermarks`) is the greatest event time seen
+on any of the topics less the allowed lateness; an idle tick advances it on a quiet stream.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import partial, reduce
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
+from lakelog.consumers.watermarks import to_us, watermark_of
+from lakelog.log.offsets import RangeStats
+from lakelog.patterns.matcher import Compiled, find
+from lakelog.patterns.pattern import Pattern
+
+LATE = T.StructType([
+    T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()),
+    T.StructField("offset", T.LongType()),
+    T.StructField("event_id", T.StringType()),
+    T.StructField("event_time", T.TimestampType()),
+    T.StructField("watermark", T.TimestampType()),
+    T.StructField("record", T.StringType()),
+    T.StructField("batch", T.LongType()),
+])
+FOUND = "_id string, _match string, _step int"  # _step -1: kept pending
+ORDER = ("_t", "_k", "partition", "offset")
+
+
+def output(p: Pattern) -> Output:
+    return Output(f"streams/{p.name}", p.output_schema)
+
+
+def late(p: Pattern) -> Output:
+    return Output(f"streams/{p.name}_late", LATE, role=Role.LATE)
+
+
+def pending(p: Pattern) -> Output:
+    first = p.topics[0].table_schema
+    schema = T.StructType([
+        T.StructField("_id", T.StringType()),
+        *[T.StructField(k, first[k].dataType) for k in p.key],
+        T.StructField("_t", T.LongType()),
+        T.StructField("_k", T.IntegerType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType()),
+        *[T.StructField(f"_f{n}", T.BooleanType()) for n in range(len(p.conditions))],
+        *[T.StructField(f"_m{n}", _source_type(p, n)) for n in range(len(p.measures))],
+    ])
+    return Output(f"_state/patterns/{p.name}/pending", schema, keys=("_id",), role=Role.STATE)
+
+
+def consumer(p: Pattern) -> Consumer:
+    return Consumer(
+        name=f"pattern.{p.name}",
+        topics=tuple(t.name for t in p.topics),
+        outputs=(output(p), late(p), pending(p)),  # the state last
+        transform=partial(transform, p),
+        max_records_per_batch=p.max_records_per_batch,
+        advance=partial(advance, p),
+        idle_tick=p.watermark.idle,
+    )
+
+
+def advance(p: Pattern, batch: BatchInput) -> dict[str, Any]:
+    """The watermark after this batch, from the file statistics of the batch's records when
+    they tell the greatest event time, else from a pass over them."""
+    stats = RangeStats.combined(batch.stats.values())
+    if stats is not None:
+        top = stats.event_time and stats.event_time[1]
+    else:
+        times = reduce(DataFrame.unionByName, [batch.records[t.name].select("event_time")
+                                               for t in p.topics])
+        top = times.agg(F.max("event_time")).first()[0]
+    return p.watermark.advance(batch.state, top, batch.now)
+
+
+def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes]:
+    before, after = watermark_of(batch.state), watermark_of(batch.next_state)
+    new = reduce(DataFrame.unionByName, [
+        _events(p, n, batch.records[t.name], before, batch=batch.batch)
+        for n, t in enumerate(p.topics)
+    ])
+    new = batch.cached(new)
+    state = batch.outputs[pending(p).path]
+    every = batch.current(pending(p)).unionByName(
+        new.where(~F.col("_late")).select(*pending(p).schema.fieldNames()))
+    if after is None:  # no event time seen yet: nothing is decided
+        matches = batch.lake.spark.createDataFrame([], p.output_schema)
+        kept = every
+    else:
+        compiled, watermark_us = p.compiled(), to_us(after)
+
+        def match(events: pd.DataFrame) -> pd.DataFrame:  # typed: Spark reads its kind off it
+            return _match_key(compiled, watermark_us, events)
+
+        found = batch.cached(every.groupBy(*p.key).applyInPandas(match, FOUND))
+        matched = every.join(found.where(F.col("_step") >= 0), "_id")
+        matches = _rows(p, matched, batch=batch.batch)
+        kept = every.join(found.where(F.col("_step") < 0).select("_id"), "_id", "left_semi")
+    return {
+        output(p).path: matches,
+        late(p).path: new.where(F.col("_late")).select(*LATE.fieldNames()),
+        pending(p).path: Changes(kept, files=state.files(), replace=True),
+    }
+
+
+def _events(p: Pattern, index: int, records: DataFrame, before: datetime | None, *,
+            batch: int) -> DataFrame:
+    """The pattern's events of topic number `index`, with their late-table columns."""
+    topic = p.topics[index].name
+
+    def on(element) -> Any:
+        if element.topic != topic:
+            return F.lit(False)
+        return F.lit(True) if element.where is None else F.coalesce(F.expr(element.where),
+                                                                    F.lit(False))
+
+    measures = []
+    for n, m in enumerate(p.measures):
+        column = F.lit(1) if m.function == "count" else F.col(m.column)
+        own = p.step(m.step).topic == topic
+        measures.append((column if own else F.lit(None)).cast(_source_type(p, n)).alias(f"_m{n}"))
+    late_before = F.lit(False) if before is None else F.col("event_time") < F.lit(before)
+    return records.select(
+        F.concat_ws(":", F.lit(topic), "partition", "offset").alias("_id"),
+        *p.key,
+        F.unix_micros("event_time").alias("_t"),
+        F.lit(index).alias("_k"),
+        "partition", "offset",
+        *[on(e).alias(f"_f{n}") for n, e in enumerate(p.conditions)],
+        *measures,
+        late_before.alias("_late"),
+        F.lit(topic).alias("topic"), "event_id", "event_time",
+        F.lit(before).cast("timestamp").alias("watermark"),
+        F.to_json(F.struct(*records.columns)).alias("record"),
+        F.lit(batch).cast("long").alias("batch"),
+    )
+
+
+def _match_key(pattern: Compiled, watermark_us: int, events: pd.DataFrame) -> pd.DataFrame:
+    """One key's events through the matcher (in a Python worker): the matched events with
+    their match and step, and the events still pending (step -1)."""
+    events = events.sort_values(list(ORDER), kind="stable").reset_index(drop=True)
+    flags = events[[c for c in events.columns if c.startswith("_f")]].to_numpy(dtype=bool)
+    rows = [(int(t), (), flags[n]) for n, t in enumerate(events["_t"])]
+    result = find(rows, pattern, watermark_us=watermark_us)
+    ids = events["_id"].tolist()
+    out = [(ids[i], ids[m[0][0]], step) for m in result.matches for i, step in m]
+    out += [(ids[i], None, -1) for i in range(result.keep_from, len(ids))]
+    return pd.DataFrame(out, columns=["_id", "_match", "_step"])
+
+
+def _rows(p: Pattern, matched: DataFrame, *, batch: int) -> DataFrame:
+    """One output row per match, its measures aggregated from its matched events."""
+    steps = [s.name for s in p.steps]
+    measures = []
+    for n, m in enumerate(p.measures):
+        on_step = F.col("_step") == steps.index(m.step)
+        value = F.col(f"_m{n}")
+        if m.function in ("first", "last"):
+            ordered = F.when(on_step, F.struct(*ORDER, value.alias("v")))
+            pick = F.min(ordered) if m.function == "first" else F.max(ordered)
+            measures.append(pick["v"].alias(m.name))
+        elif m.function == "count":
+            measures.append(F.count(F.when(on_step, 1)).alias(m.name))
+        else:
+            fn = {"min": F.min, "max": F.max, "sum": F.sum}[m.function]
+            measures.append(fn(F.when(on_step, value)).cast(p.measure_type(m)).alias(m.name))
+    start = F.timestamp_micros(F.min("_t"))
+    return matched.groupBy("_match").agg(
+        *[F.first(k).alias(k) for k in p.key],
+        start.alias("match_start"),
+        F.timestamp_micros(F.max("_t")).alias("match_end"),
+        F.count("*").alias("events"),
+        *measures,
+    ).select(
+        F.col("_match").alias("match_id"), *p.key, "match_start", "match_end", "events",
+        *[m.name for m in p.measures], F.lit(batch).cast("long").alias("batch"),
+        F.date_trunc("hour", "match_start").alias("hour"),
+    )
+
+
+def _source_type(p: Pattern, n: int) -> T.DataType:
+    """The type of a measure's source column in the pending table."""
+    m = p.measures[n]
+    if m.function == "count":
+        return T.LongType()
+    topic = next(t for t in p.topics if t.name == p.step(m.step).topic)
+    return topic.table_schema[m.column].dataType
