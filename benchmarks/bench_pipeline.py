@@ -46,7 +46,7 @@ from lakelog import consumers
 from lakelog.log import ingest
 from lakelog.sourcing import publish_outbox
 from lakelog.cdc import capture
-from lakelog.demo import shop_cdc
+from lakelog.demo import shop_cdc, shop_search
 from lakelog.demo.pipeline import pipeline as SHOP
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
@@ -67,10 +67,14 @@ KINDS = {
     "window.product_views_10m": "windowed, hopping, update",
     "window.order_value_rolling": "windowed, sliding, update",
     "window.user_sessions": "windowed, session, final",
-    "join.search_clicks": "window join",
+    "join.search_clicks": "window join (full outer)",
     "join.orders_enriched": "enrichment (stream-table, append)",
     "join.orders_as_of": "as-of join (history table, append)",
     "join.customer_orders": "table join",
+    "join.product_stock": "changelog join (table-table, any columns)",
+    "percolate.price_alert_matches": "percolator (stored queries)",
+    "pattern.abandoned_carts": "pattern (CEP: step+, trailing absence)",
+    "pattern.search_refinements": "pattern (CEP: step, absence, step)",
     "relay.cart_orders": "orders relay (cart outbox -> topic)",
     "model.customer_lifetime_value": "incremental SQL model (keys)",
     "model.product_funnel_hourly": "incremental SQL model (hours)",
@@ -175,6 +179,7 @@ def prime_lake(lake: EmbeddedLake, events: int, only: list[str]) -> Workload:
     untimed, and the warm-up (JVM start, class loading, JIT) of every step measured later."""
     workload = Workload(events, seed=7, batches=1)
     workload.write_batch(0, lake.root)
+    shop_search.land_alerts(lake.root, 7)  # the saved queries of the percolator
     conn, dialect = shop_cdc.connect(lake.root)
     shop_cdc.prepare(conn, dialect, seed=7)
     conn.close()

@@ -1,8 +1,9 @@
 """A windowed aggregate in Dagster: its microbatch asset, its hourly replay, the replay check, and
-the pipeline sensor's idle tick."""
+the pipeline sensor's idle tick; and a pattern's asset, which a watermark decides too."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import dagster as dg
@@ -15,6 +16,7 @@ from lakelog.assets.naming import output_key
 from lakelog.assets.replay import replay_asset
 from lakelog.consumers.watermarks import Watermark
 from lakelog.demo.shop import TOPICS
+from lakelog.demo.shop_patterns import ABANDONED_CARTS
 from lakelog.pipeline import Pipeline
 from lakelog.windows import Count, Tumbling, WindowedAggregate
 
@@ -99,3 +101,18 @@ def test_pipeline_sensor_ticks_a_quiet_window_consumer(shop_lake, resources, con
     )
     assert (ticked["batches"].value, ticked["records"].value) == (1, 0)
     assert ticked["watermark"].value > before  # the quiet stream's watermark moved on
+
+
+def test_a_pattern_asset_writes_decided_matches_and_reports_its_watermark(shop_lake, resources):
+    """Abandoned carts within 2 s: c-u1's add (event time 6 s) has no order by 8 s (it comes at
+    9 s), and the watermark (9 s, no lateness) has passed 8 s; c-u2's window (7-9 s) is still
+    open, so its add and the remove after it stay pending."""
+    carts = replace(ABANDONED_CARTS, within=timedelta(seconds=2), watermark=Watermark())
+    result = dg.materialize([consumer_asset(carts.consumer, TOPICS)], resources=resources)
+    assert result.success
+    metadata = events(result, ["streams", "abandoned_carts"])
+    assert metadata["late_records"].value == 0 and "watermark" in metadata
+    found = shop_lake.read(shop_lake.snapshot("streams/abandoned_carts")).collect()
+    assert [(r.cart_id, r.items_added, r.first_product) for r in found] == [("c-u1", 1, "p1")]
+    pending = shop_lake.read(shop_lake.snapshot("_state/patterns/abandoned_carts/pending"))
+    assert sorted(r.cart_id for r in pending.collect()) == ["c-u2", "c-u2"]

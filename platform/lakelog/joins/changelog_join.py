@@ -39,9 +39,9 @@ from typing import Literal, get_args
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.window import Window
 
-from lakelog.cdc.changelog import ChangelogTable, change_rows
+from lakelog.cdc.changelog import ChangelogTable
+from lakelog.cdc.compacted import latest_rows
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
 from lakelog.joins.side import check_columns, check_name
@@ -147,11 +147,7 @@ class ChangelogJoin:
     def _latest(self, batch: BatchInput, which: Which) -> DataFrame:
         """The batch's latest change per key of one side, as state rows."""
         table = self.left if which == "left" else self.right
-        changes = batch.records[table.topic.name]
-        latest = changes.withColumn(
-            "_rank", F.row_number().over(Window.partitionBy("pk").orderBy(F.desc("position")))
-        ).where(F.col("_rank") == 1)
-        rows = change_rows(latest, table.row, table.key)
+        rows = latest_rows(batch.records[table.topic.name], table.row, table.key)
         columns = [a if which == "left" else b for a, b in self.on]
         values = [F.col(c).alias(f"c{i}") for i, c in enumerate(columns)]
         complete = reduce(lambda a, b: a & b, [F.col(c).isNotNull() for c in columns])
