@@ -125,23 +125,24 @@ class ChangelogJoin:
         )
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:
-        stored = batch.cached(batch.current(self.state))
+        stored = batch.current(self.state).withColumn("_group", _group())
         incoming = self._latest(batch, "left").unionByName(self._latest(batch, "right"))
         winners = incoming.join(
             stored.select(*STATE_KEY, F.col("_position").alias("_stored")), list(STATE_KEY),
             "left",
         ).where(F.col("_stored").isNull() | (F.col("_position") > F.col("_stored")))
-        winners = batch.cached(winners.drop("_stored"))
+        # Computed once, each a few rows: every output below is cut from these two.
+        winners = winners.drop("_stored").withColumn("_group", _group()).localCheckpoint()
         replaced = stored.join(winners.select(*STATE_KEY), list(STATE_KEY), "left_semi")
-        touched = winners.select(_group()).unionByName(replaced.select(_group())).distinct()
-        before = stored.withColumn("_group", _group()).join(touched, "_group", "left_semi")
+        touched = winners.select("_group").unionByName(replaced.select("_group"))
+        before = stored.join(touched.distinct(), "_group", "left_semi").localCheckpoint()
         after = before.join(winners.select(*STATE_KEY), list(STATE_KEY), "left_anti").unionByName(
-            winners.withColumn("_group", _group())
+            winners
         )
         return {
             self.output.path: Changes(self.joined(after, batch=batch.batch),
                                       deletes=self.joined(before, batch=batch.batch)),
-            self.state.path: winners,
+            self.state.path: winners.drop("_group"),
         }
 
     def _latest(self, batch: BatchInput, which: Which) -> DataFrame:
