@@ -1,8 +1,7 @@
 """The demo shop's event patterns (complex event processing, `lakelog.patterns`).
 
 - **Abandoned carts**: per cart, products added with no order within 30 minutes of the first
-  add (decided 32 minutes of event time after it: the default 100-minute demo has them, a
-  demo of under 32 minutes of events only pending carts).
+  add (decided once the watermark passes 32 minutes after it).
 - **Search refinements**: per session, a search followed by another within two minutes with no
   click in between: the first results did not help.
 
