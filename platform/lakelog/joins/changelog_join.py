@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Literal, get_args
+from typing import Literal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -44,7 +44,7 @@ from lakelog.cdc.changelog import ChangelogTable
 from lakelog.cdc.compacted import latest_rows
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
-from lakelog.joins.side import check_columns, check_name
+from lakelog.joins.side import check_choice, check_columns, check_name
 
 How = Literal["inner", "left", "right", "full"]
 Which = Literal["left", "right"]
@@ -72,9 +72,7 @@ class ChangelogJoin:
         owner = f"changelog join {self.name}"
         if self.left.topic.name == self.right.topic.name:
             raise ConfigError(f"{owner}: joins two different tables, not one with itself")
-        if self.how not in get_args(How):
-            raise ConfigError(f"{owner}: how must be one of {', '.join(get_args(How))}, "
-                              f"not {self.how!r}")
+        check_choice(owner, "how", self.how, How)
         if not self.on:
             raise ConfigError(f"{owner}: needs at least one (left column, right column) pair")
         for side, columns in ((self.left, [a for a, _ in self.on] + [c for _, c in

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, get_args
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -68,6 +69,13 @@ class Side:
 
     def selected(self) -> list[Column]:
         return [F.col(column).alias(name) for name, column in self.columns]
+
+
+def check_choice(owner: str, what: str, value: object, choices: Any) -> None:
+    """`value` is one of the `choices` (a ``Literal`` type), else a ConfigError naming them."""
+    allowed = get_args(choices)
+    if value not in allowed:
+        raise ConfigError(f"{owner}: {what} must be one of {', '.join(allowed)}, not {value!r}")
 
 
 def check_columns(owner: str, names: Iterable[str]) -> None:

@@ -22,23 +22,23 @@ per microbatch (`lakelog.joins.matching` has the rules step by step):
   state holds the last ``within + lateness`` of the left stream and the last ``lateness`` of
   the right one (in event time), however long the join runs.
 
-The watermark (`lakelog.consumers.watermarks`, in the consumer's checkpoint) is the greatest event time
-seen on either input minus `watermark.lateness`. A record older than the watermark before its
-batch is late. In particular a right record for a left record whose window already closed is
-always late (the window closed because the watermark passed ``left_time + within``, which is at
-or after the right record's time): it goes to the late table, and **the left record's unmatched
-row stays as written** — the output is append-only and never corrected. A right record older
-than the watermark is late even if some window it falls in is still open (it may belong to
-one already closed; the allowed lateness is the knob for stragglers). A left record older than
-the watermark is late too (the right records it could match may already be gone from the
-state) and appears in the late table only.
+The watermark (`lakelog.consumers.watermarks`, in the consumer's checkpoint) is the greatest
+event time seen on either input minus `watermark.lateness`. A record older than the watermark
+before its batch is late. In particular a right record for a left record whose window already
+closed is always late (the window closed because the watermark passed ``left_time + within``,
+which is at or after the right record's time): it goes to the late table, and **the left
+record's unmatched row stays as written** — the output is append-only and never corrected. A
+right record older than the watermark is late even if some window it falls in is still open (it
+may belong to one already closed; the allowed lateness is the knob for stragglers). A left
+record older than the watermark is late too (the right records it could match may already be
+gone from the state) and appears in the late table only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -48,7 +48,7 @@ from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.errors import ConfigError
 from lakelog.joins import late, matching
-from lakelog.joins.side import TRAILER, Side, check_columns, check_name
+from lakelog.joins.side import TRAILER, Side, check_choice, check_columns, check_name
 from lakelog.log.offsets import RangeStats
 
 
@@ -89,9 +89,7 @@ class WindowJoin:
                                   f"{self.left.topic.name} and {self.right.topic.name}")
         if self.within < timedelta(0):
             raise ConfigError(f"{owner}: within must be >= 0")
-        if self.how not in get_args(How):
-            raise ConfigError(f"{owner}: how must be one of {', '.join(get_args(How))}, "
-                              f"not {self.how!r}")
+        check_choice(owner, "how", self.how, How)
         check_columns(owner, self.output.schema.fieldNames())
 
     @property

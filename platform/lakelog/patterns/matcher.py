@@ -5,9 +5,9 @@ An event is ``(time_us, order, flags)``: `flags[c]` says whether it satisfies co
 the pattern (steps first, then absences). Events are taken in (time, order) order.
 
 1. **Starts, leftmost first.** A match starts at an event satisfying the first step (no other
-   event is kept for later). A start is tried only once its whole window is settled: ``start + within < watermark``, so every
-   event that could take part is known (a later one would be late), and the result is the one a
-   batch computation over all events gives.
+   event is kept for later). A start is tried only once its whole window is settled,
+   ``start + within < watermark``: every event that could take part is known (a later one
+   would be late), and the result is the one a batch computation over all events gives.
 2. **Skip till next match.** Each step takes the next event satisfying it; events in between
    that satisfy nothing are skipped. A quantified step is greedy: it takes as many events as
    its maximum allows, then gives them back one by one while the rest of the pattern fails.

@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, get_args
+from typing import Literal
 
 from pyspark.sql import types as T
 
 from lakelog.consumers.watermarks import Watermark, to_us
 from lakelog.errors import ConfigError
-from lakelog.joins.side import check_columns, check_name
+from lakelog.joins.side import check_choice, check_columns, check_name
 from lakelog.log.topics import Topic
 from lakelog.patterns.matcher import Compiled, Element
 
@@ -129,11 +129,9 @@ class Pattern:
             step = next((s for s in steps if s.name == m.step), None)
             if step is None:
                 raise ConfigError(f"{owner}: measure {m.name} names no step {m.step!r}")
-            if m.function not in get_args(Function):
-                raise ConfigError(f"{owner}: measure {m.name}: function must be one of "
-                                  f"{', '.join(get_args(Function))}")
-            if m.function != "count" and (
-                    m.column is None or m.column not in topics[step.topic].table_schema.fieldNames()):
+            check_choice(owner, f"measure {m.name}: function", m.function, Function)
+            columns = topics[step.topic].table_schema.fieldNames()
+            if m.function != "count" and m.column not in columns:
                 raise ConfigError(f"{owner}: measure {m.name}: {step.topic} has no column "
                                   f"{m.column!r}")
         check_columns(owner, self.output_schema.fieldNames())

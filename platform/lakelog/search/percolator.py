@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Literal, get_args
+from typing import Literal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -35,7 +35,7 @@ from pyspark.sql.window import Window
 
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
-from lakelog.joins.side import check_columns, check_name
+from lakelog.joins.side import check_choice, check_columns, check_name
 from lakelog.log.topics import Topic
 
 Op = Literal["=", "<=", ">=", "contains"]
@@ -100,9 +100,7 @@ class Percolator:
             raise ConfigError(f"{owner}: the id {self.id!r} must be a required field of "
                               f"{self.queries.name}")
         for c in self.conditions:
-            if c.op not in get_args(Op):
-                raise ConfigError(f"{owner}: condition op must be one of "
-                                  f"{', '.join(get_args(Op))}, not {c.op!r}")
+            check_choice(owner, "condition op", c.op, Op)
             self.event_type(c.event)
             query_type = self.query_type(c.query)
             if c.op == "contains" and not isinstance(query_type, T.StringType):
