@@ -17,7 +17,7 @@ import random
 from pyspark.sql import types as T
 
 from lakelog.demo.shop_cdc import CHANGELOGS
-from lakelog.demo.workload import ADJECTIVES, NOUNS
+from lakelog.demo.workload import ADJECTIVES, NOUNS, land_file
 from lakelog.log.topics import Topic
 from lakelog.search import Condition, Percolator
 
@@ -75,11 +75,4 @@ def land_alerts(root: str, seed: int) -> str | None:
     """Land the demo's alerts under ``<root>/landing/price_alerts/`` (once: an existing file is
     kept, so a rerun lands nothing new); the path written, or None."""
     path = os.path.join(root, "landing", ALERTS.name, f"alerts-{seed}.ndjson")
-    if os.path.exists(path):
-        return None
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), f".alerts-{seed}.ndjson.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(alert_lines(seed)) + "\n")
-    os.replace(tmp, path)
-    return path
+    return path if land_file(path, alert_lines(seed)) else None

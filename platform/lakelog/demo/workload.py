@@ -244,16 +244,9 @@ class Workload:
             folder = f"landing/{topic}/batch-{k:04d}"
             for n, first in enumerate(range(0, len(lines), lines_per_file)):
                 name = f"part-{n:04d}.ndjson"
-                path = os.path.join(root, folder, name)
-                if os.path.exists(path):
-                    continue
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = os.path.join(root, folder, f".{name}.tmp")
-                with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-                    f.write("\n".join(lines[first : first + lines_per_file]))
-                    f.write("\n")
-                os.replace(tmp, path)
-                written.append(f"{folder}/{name}")
+                if land_file(os.path.join(root, folder, name),
+                             lines[first : first + lines_per_file]):
+                    written.append(f"{folder}/{name}")
         return written
 
     @property
@@ -288,6 +281,21 @@ class Workload:
         for recs in out:
             recs.sort()
         return out
+
+
+def land_file(path: str | os.PathLike[str], lines: list[str]) -> bool:
+    """Write `lines` as the NDJSON landing file `path`, atomically (a hidden temp file, then a
+    rename), unless it exists: whether it was written."""
+    if os.path.exists(path):
+        return False
+    folder, name = os.path.split(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        f.write("\n".join(lines))
+        f.write("\n")
+    os.replace(tmp, path)
+    return True
 
 
 def _malformed(valid: int) -> int:

@@ -134,20 +134,18 @@ def match_batch(
     right_row = F.struct(F.col("_time").alias("_r_time"), new.alias("_r_new"),
                          *join.right.names)
     rights = F.collect_list(F.when(is_right & ~null_key, right_row)).over(by_key)
-    columns = [
-        F.when(is_left, F.filter(
-            rights, lambda r: in_window(F.col("_time"), r["_r_time"]) & (new | r["_r_new"])
-        )).alias("_pairs"),
-        F.when(is_left, F.col("_matched") | F.exists(
-            rights, lambda r: in_window(F.col("_time"), r["_r_time"])
-        )).alias("_now"),
-    ]
+    pairs = F.when(is_left, F.filter(
+        rights, lambda r: in_window(F.col("_time"), r["_r_time"]) & (new | r["_r_new"])
+    ))
+    now = F.when(is_left, F.col("_matched") | F.exists(
+        rights, lambda r: in_window(F.col("_time"), r["_r_time"])
+    ))
     if keep_right:
         lefts = F.collect_list(F.when(is_left & ~null_key, F.col("_time"))).over(by_key)
-        columns[1] = F.when(is_right, F.coalesce(F.col("_matched"), F.lit(False)) | F.exists(
+        now = now.when(is_right, F.coalesce(F.col("_matched"), F.lit(False)) | F.exists(
             lefts, lambda t: in_window(t, F.col("_time"))
-        )).otherwise(columns[1]).alias("_now")
-    every = every.select("*", *columns)
+        ))
+    every = every.select("*", pairs.alias("_pairs"), now.alias("_now"))
     # Computed once: four outputs are cut from it.
     rows = every.localCheckpoint(eager=True) if cache is None else cache(every)
 

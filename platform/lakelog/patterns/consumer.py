@@ -69,7 +69,7 @@ def pending(p: Pattern) -> Output:
         T.StructField("partition", T.IntegerType()),
         T.StructField("offset", T.LongType()),
         *[T.StructField(f"_f{n}", T.BooleanType()) for n in range(len(p.conditions))],
-        *[T.StructField(f"_m{n}", _source_type(p, n)) for n in range(len(p.measures))],
+        *[T.StructField(f"_m{n}", p.source_type(m)) for n, m in enumerate(p.measures)],
     ])
     return Output(f"_state/patterns/{p.name}/pending", schema, keys=("_id",), role=Role.STATE)
 
@@ -106,9 +106,9 @@ def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes]:
         for n, t in enumerate(p.topics)
     ])
     new = batch.cached(new)
-    state = batch.outputs[pending(p).path]
-    every = batch.current(pending(p)).unionByName(
-        new.where(~F.col("_late")).select(*pending(p).schema.fieldNames()))
+    state = pending(p)
+    every = batch.current(state).unionByName(
+        new.where(~F.col("_late")).select(*state.schema.fieldNames()))
     if after is None:  # no event time seen yet: nothing is decided
         matches = batch.lake.spark.createDataFrame([], p.output_schema)
         kept = every
@@ -125,7 +125,7 @@ def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes]:
     return {
         output(p).path: matches,
         late(p).path: new.where(F.col("_late")).select(*LATE.fieldNames()),
-        pending(p).path: Changes(kept, files=state.files(), replace=True),
+        state.path: Changes(kept, files=batch.outputs[state.path].files(), replace=True),
     }
 
 
@@ -144,7 +144,7 @@ def _events(p: Pattern, index: int, records: DataFrame, before: datetime | None,
     for n, m in enumerate(p.measures):
         column = F.lit(1) if m.function == "count" else F.col(m.column)
         own = p.step(m.step).topic == topic
-        measures.append((column if own else F.lit(None)).cast(_source_type(p, n)).alias(f"_m{n}"))
+        measures.append((column if own else F.lit(None)).cast(p.source_type(m)).alias(f"_m{n}"))
     late_before = F.lit(False) if before is None else F.col("event_time") < F.lit(before)
     return records.select(
         F.concat_ws(":", F.lit(topic), "partition", "offset").alias("_id"),
@@ -204,11 +204,3 @@ def _rows(p: Pattern, matched: DataFrame, *, batch: int) -> DataFrame:
         F.date_trunc("hour", "match_start").alias("hour"),
     )
 
-
-def _source_type(p: Pattern, n: int) -> T.DataType:
-    """The type of a measure's source column in the pending table."""
-    m = p.measures[n]
-    if m.function == "count":
-        return T.LongType()
-    topic = next(t for t in p.topics if t.name == p.step(m.step).topic)
-    return topic.table_schema[m.column].dataType

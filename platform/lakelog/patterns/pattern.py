@@ -163,11 +163,15 @@ class Pattern:
                 pending = []
         return Compiled(tuple(elements), tuple(pending), to_us(self.within))
 
-    def measure_type(self, m: Measure) -> T.DataType:
+    def source_type(self, m: Measure) -> T.DataType:
+        """The type of the values a measure aggregates (a count's: a long per event)."""
         if m.function == "count":
             return T.LongType()
         topic = next(t for t in self.topics if t.name == self.step(m.step).topic)
-        kind = topic.table_schema[m.column].dataType
+        return topic.table_schema[m.column].dataType
+
+    def measure_type(self, m: Measure) -> T.DataType:
+        kind = self.source_type(m)
         if m.function == "sum":
             return T.DoubleType() if isinstance(kind, (T.FloatType, T.DoubleType)) else (
                 kind if isinstance(kind, T.DecimalType) else T.LongType())
