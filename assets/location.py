@@ -17,6 +17,7 @@ from lakelog.assets.aggregates import outbox_relay_asset, replay_check
 from lakelog.assets.cdc import capture_asset, reconciliation_check
 from lakelog.assets.change_streams import change_stream_asset
 from lakelog.assets.consumers import consumer_asset, consumer_job
+from lakelog.assets.erasure import ERASE_JOB, erasure_asset, erasure_check
 from lakelog.assets.maintenance import maintenance_job
 from lakelog.assets.naming import capture_key, op_name
 from lakelog.assets.pipeline import FRESHNESS, LiveGraph, fresh, gates_of
@@ -84,10 +85,13 @@ def build_location(
     pipeline_job = live.job()
     maintenance = maintenance_job(topics, consumers, pipeline.compacted_tables)
     audit = [live.audit_job()] if audits else []
+    erasure = pipeline.subject_columns != ()
     defs = dg.Definitions(
-        assets=[*live_assets, *(replay_asset(w, topics) for w in pipeline.windows)],
-        asset_checks=[*checks, *audits],
-        jobs=[pipeline_job, *audit, *jobs.values(), *capture_jobs.values(), maintenance],
+        assets=[*live_assets, *(replay_asset(w, topics) for w in pipeline.windows),
+                *([erasure_asset(pipeline)] if erasure else [])],
+        asset_checks=[*checks, *audits, *([erasure_check(pipeline)] if erasure else [])],
+        jobs=[pipeline_job, *audit, *jobs.values(), *capture_jobs.values(), maintenance,
+              *([ERASE_JOB] if erasure else [])],
         sensors=[pipeline_sensor(live, pipeline_job,
                                  minimum_interval_seconds=pipeline_interval_seconds)],
         schedules=[maintenance_schedule(maintenance), *(audit_schedule(j) for j in audit)],
@@ -111,7 +115,9 @@ def build_definitions(
     adds its consumer and its hourly replay asset (the unit of backfill); each join its
     consumer. The SQL models folder adds one asset per model; every topic, compacted and
     history table gets its blocking data-quality checks, which also gate its consumers across
-    runs. Everything but the replays is kept live by the `pipeline` job and its sensor, ticking
+    runs. With `Pipeline.subject_columns`, the ``_erasures`` record asset, its check and the
+    ``erase_subject`` job (the subject as config) erase a data subject. Everything but the
+    replays and the erasures is kept live by the `pipeline` job and its sensor, ticking
     every `pipeline_interval_seconds`; derived assets get the `FRESHNESS` policy. The
     `microbatch_<consumer>` and `capture_<source>` jobs are for running one by hand.
     """

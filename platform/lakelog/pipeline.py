@@ -51,7 +51,9 @@ class Pipeline:
     consumers. `models` is the folder of SQL models (``*.sql``),
     which may ref any table the pipeline writes. `change_streams` names keyed tables the pipeline
     writes (``tables/customers``) whose changes are published as the changelog topics
-    ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). Each collection may be
+    ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). `subject_columns` name the
+    columns that identify a data subject (a user id), wherever a table has them: what
+    `lakelog.erasure` erases a subject by. Each collection may be
     given as any iterable (or a mapping by name) and is kept as a tuple, so the declaration
     cannot change once checked.
     """
@@ -67,6 +69,7 @@ class Pipeline:
     aggregates: tuple[Aggregate, ...] = ()
     models: Path | None = None
     change_streams: tuple[str, ...] = ()
+    subject_columns: tuple[str, ...] = ()
     model_graph: ModelGraph | None = field(init=False, repr=False, compare=False, default=None)
     #: The `change_streams`, resolved to their tables' outputs.
     published_streams: tuple[ChangeStream, ...] = field(init=False, repr=False, compare=False,
@@ -87,6 +90,7 @@ class Pipeline:
             ("sources", CapturedSource, "CapturedSource"),
             ("aggregates", Aggregate, "lakelog.sourcing.Aggregate"),
             ("change_streams", str, "table path"),
+            ("subject_columns", str, "column name"),
         ):
             items = _as_tuple(getattr(self, attribute))
             object.__setattr__(self, attribute, items)

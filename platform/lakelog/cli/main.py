@@ -6,7 +6,7 @@ Every command takes ``--pipeline module[:attribute]`` (default: $LAKELOG_PIPELIN
 stderr and a non-zero exit, never a traceback (set LAKELOG_DEBUG=1 to see one). Commands that
 only read offsets (topics, lag) start no Spark. The others use the local Spark Connect server
 (`lakelog spark`), started on first use, unless ``--master`` (a Spark of the command's own) or
-``--remote`` (another Connect server) says so. `demo`, `run` and `offsets reset --rebuild` run
+``--remote`` (another Connect server) says so. `demo`, `run`, `erase` and `offsets reset --rebuild` run
 the pipeline through Dagster (`lakelog.cli.runs`).
 """
 
@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from lakelog import consumers
 from lakelog.cli.common import emit, lake, now, timestamp
+from lakelog.cli.erase import add_erase_command
 from lakelog.cli.init import add_init_command
 from lakelog.cli.pipelines import VARIABLE, resolve
 from lakelog.cli.runs import cmd_demo, cmd_offsets_reset, cmd_run
@@ -251,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "retained log from there (needed where a replay would count twice)")
     _source_dsn(reset)
     reset.set_defaults(func=cmd_offsets_reset)
+    add_erase_command(sub, common, emit, _source_dsn)
     return parser
 
 

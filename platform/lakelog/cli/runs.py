@@ -114,7 +114,7 @@ def _described(report: RunReport) -> str:
     return "\n".join(lines)
 
 
-def _succeeded(report: RunReport) -> RunReport:
+def succeeded(report: RunReport) -> RunReport:
     if not report.success:
         raise LakelogError(f"pipeline run {report.run_id} failed: "
                            f"{'; '.join(report.failures) or 'see the run in Dagster'}")
@@ -125,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     pipeline = resolve(args.pipeline)
     with dagster_quiet():
         runner, where = open_runner(args, pipeline, source_dsn=args.source_dsn)
-        report = _succeeded(runner.catch_up())
+        report = succeeded(runner.catch_up())
     emit(
         args,
         {**report.as_dict(), "pipeline": pipeline.name, "dagster_instance": where},
@@ -148,7 +148,7 @@ def cmd_offsets_reset(args: argparse.Namespace) -> None:
         offsets, data["emptied"] = rebuilt.offsets, list(rebuilt.emptied)
         with dagster_quiet():
             runner, where = open_runner(args, pipeline, source_dsn=args.source_dsn)
-            report = _succeeded(runner.catch_up(only=runner.output_keys([consumer])))
+            report = succeeded(runner.catch_up(only=runner.output_keys([consumer])))
         first = consumer.outputs[0].path
         [replayed] = report.of(first) or [{}]
         data["replay"] = {"run_id": report.run_id, "batches": replayed.get("batches", 0),

@@ -32,5 +32,6 @@ pipeline = Pipeline(
     patterns=PATTERNS,
     sources=[shop_cdc.SHOP],
     change_streams=["tables/customers"],
+    subject_columns=["user_id", "customer_id"],
     models=MODELS_DIR,
 )

@@ -141,12 +141,14 @@ class Lake(Protocol):
         files: Sequence[DataFile] | None = None,
         keys: DataFrame | None = None,
         all_versions: bool = False,
+        file_paths: bool = False,
     ) -> DataFrame:
         """The snapshot's rows (or only those of `files`; only those whose key columns match a
         row of `keys`), read by Spark from the Parquet files.
 
         A merge-on-read table (`lakelog.lake.merge_on_read`) gives each key's current row only,
-        unless `all_versions`."""
+        unless `all_versions`. With `file_paths`, every row (all versions) and the path of its
+        file (ending in the `DataFile.path`) in the column `lakelog.lake.merge_on_read.FILE`."""
 
     def write(
         self,
@@ -182,6 +184,15 @@ class Lake(Protocol):
     def list_files(self, path: str) -> list[tuple[str, int]]:
         """Non-hidden files below `path` (not a table: the landing zone), with their sizes."""
 
+    def tables(self) -> list[str]:
+        """The path of every Delta table under the root."""
+
+    def read_bytes(self, path: str) -> bytes:
+        """The content of a file that is not a table (a landing file)."""
+
+    def replace_file(self, path: str, data: bytes) -> None:
+        """Write a file that is not a table, atomically (a hidden temporary file, then a move)."""
+
     def spark_path(self, path: str) -> str:
         """The path Spark uses for `path`."""
 
@@ -196,3 +207,13 @@ class Lake(Protocol):
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
         """Delete files no longer referenced by versions younger than `retention`."""
+
+    def forget_history(self, path: str) -> int:
+        """Checkpoint the latest version and delete the Delta log before it: no earlier version
+        can be loaded again, and the statistics (min and max values) the log kept of removed
+        files go with it. Returns the commits forgotten."""
+
+    def purge_removed(self, path: str) -> list[str]:
+        """Delete now every file a commit of the table removed (vacuum with no retention, but
+        never a file no commit mentions: a concurrent writer's files about to be committed are
+        safe), so no version before can be read again. Returns the files deleted."""

@@ -32,7 +32,7 @@ class _FileChange:
     change: str  # "insert" | "delete"
 
 
-def _log_actions(fs: pafs.FileSystem, table_fs_path: str, version: int) -> Iterator[dict]:
+def log_actions(fs: pafs.FileSystem, table_fs_path: str, version: int) -> Iterator[dict]:
     log_file = f"{table_fs_path}/_delta_log/{version:020d}.json"
     try:
         with fs.open_input_stream(log_file) as stream:
@@ -54,7 +54,7 @@ def _timestamp(actions: list[dict]) -> datetime:
 
 def commit_timestamp(fs: pafs.FileSystem, table_fs_path: str, version: int) -> datetime:
     """When `version` was committed (from its commit info)."""
-    return _timestamp(list(_log_actions(fs, table_fs_path, version)))
+    return _timestamp(list(log_actions(fs, table_fs_path, version)))
 
 
 def _file_changes(
@@ -62,7 +62,7 @@ def _file_changes(
 ) -> list[_FileChange]:
     changes = []
     for version in range(start_version, end_version + 1):
-        actions = list(_log_actions(fs, table_fs_path, version))
+        actions = list(log_actions(fs, table_fs_path, version))
         stamp = _timestamp(actions)
         for action in actions:
             if "add" in action and action["add"].get("dataChange", True):

@@ -13,6 +13,7 @@ import json
 import os
 import time
 import uuid
+from urllib.parse import unquote
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -35,7 +36,7 @@ from lakelog.errors import (
     TableNotFoundError,
 )
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
-from lakelog.lake.changes import commit_timestamp, net_changes, read_changes
+from lakelog.lake.changes import commit_timestamp, log_actions, net_changes, read_changes
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch, widen
@@ -151,10 +152,12 @@ class EmbeddedLake:
         files: Sequence[DataFile] | None = None,
         keys: DataFrame | None = None,
         all_versions: bool = False,
+        file_paths: bool = False,
     ) -> DataFrame:
         merge = merge_keys(snapshot.properties)
-        if merge is None or all_versions:
-            rows = self._read_files(snapshot, snapshot.files() if files is None else files)
+        if merge is None or all_versions or file_paths:
+            chosen = snapshot.files() if files is None else files
+            rows = self._read_files(snapshot, chosen, with_file=file_paths, full_path=True)
             return rows if keys is None else rows.join(keys, keys.columns, "left_semi")
 
         def read_files(chosen: Sequence[DataFile]) -> DataFrame:
@@ -163,12 +166,14 @@ class EmbeddedLake:
         return current_rows(read_files, snapshot.files(), files, merge, keys)
 
     def _read_files(
-        self, snapshot: DeltaSnapshot, files: Sequence[DataFile], *, with_file: bool = False
+        self, snapshot: DeltaSnapshot, files: Sequence[DataFile], *, with_file: bool = False,
+        full_path: bool = False,
     ) -> DataFrame:
         spark, schema = self.spark, snapshot.schema  # a Column needs a started session
         columns = [F.col(c) for c in schema.fieldNames()]
         if with_file:
-            columns.append(F.col("_metadata.file_name").alias(FILE))
+            name = "_metadata.file_path" if full_path else "_metadata.file_name"
+            columns.append(F.col(name).alias(FILE))
         if not files:
             empty = spark.createDataFrame([], schema)
             return empty.withColumn(FILE, F.lit(None).cast("string")) if with_file else empty
@@ -268,6 +273,27 @@ class EmbeddedLake:
             ):
                 found.append((relative, info.size))
         return sorted(found)
+
+    def tables(self) -> list[str]:
+        """Every Delta table under the root: the folders holding a ``_delta_log``."""
+        base = self._fs_root.rstrip("/")
+        try:
+            infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        except FileNotFoundError:
+            return []
+        return sorted(i.path[len(base) + 1 : -len("/_delta_log")] for i in infos
+                      if i.type == pafs.FileType.Directory and i.path.endswith("/_delta_log"))
+
+    def read_bytes(self, path: str) -> bytes:
+        with self._fs.open_input_stream(self._fs_path(path)) as stream:
+            return stream.read()
+
+    def replace_file(self, path: str, data: bytes) -> None:
+        folder, name = path.rsplit("/", 1)
+        temp = self._fs_path(f"{folder}/.{name}.{uuid.uuid4().hex}.tmp")
+        with self._fs.open_output_stream(temp) as stream:
+            stream.write(data)
+        self._fs.move(temp, self._fs_path(path))
 
     def _write_files(
         self, snapshot: DeltaSnapshot, df: DataFrame, max_records_per_file: int | None = None
@@ -387,6 +413,37 @@ class EmbeddedLake:
     def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
         self._delta(path).alter.set_table_properties(dict(properties), raise_if_not_exists=False)
         return self._delta(path).version()
+
+    def purge_removed(self, path: str) -> list[str]:
+        table_fs_path, current = self._fs_path(path), self.snapshot(path)
+        kept = {f.path for f in current.files()}
+        removed: set[str] = set()
+        for version in range(current.version + 1):
+            try:
+                actions = list(log_actions(self._fs, table_fs_path, version))
+            except ChangesUnavailableError:  # cleaned up by log retention
+                continue
+            removed.update(a["remove"]["path"] for a in actions if "remove" in a)
+        gone = sorted(removed - kept)
+        present = [p for p in gone
+                   if self._fs.get_file_info(self._fs_path(f"{path}/{unquote(p)}")).type
+                   != pafs.FileType.NotFound]
+        self._delete_files(path, [unquote(p) for p in present])
+        return present
+
+    def forget_history(self, path: str) -> int:
+        table = self._delta(path)
+        version = table.version()
+        table.create_checkpoint()
+        log = self._fs_path(f"{path}/_delta_log")
+        forgotten = 0
+        for info in self._fs.get_file_info(pafs.FileSelector(log)):
+            name = info.base_name
+            number = name.split(".", 1)[0]
+            if number.isdigit() and int(number) < version and info.type == pafs.FileType.File:
+                self._fs.delete_file(info.path)
+                forgotten += name.endswith(".json")
+        return forgotten
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
         return self._delta(path).vacuum(

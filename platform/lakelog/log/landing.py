@@ -124,3 +124,21 @@ def save_done(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime
     ingested = {item: b for item, b in manifest.ingested.items() if item in present}
     ingested.update(dict.fromkeys(plan.files, plan.batch))
     return _save(lake, manifest, ingested, None, plan.batch, now)
+
+
+def save_resized(
+    lake: Lake, manifest: Manifest, sizes: Mapping[str, tuple[int, int]], *, now: datetime
+) -> Manifest:
+    """Keep the manifest true to landing files rewritten smaller (``file -> (old, new)`` size):
+    an ingested or planned file is known by its new size too, so it is not taken again. The
+    old entries stay until `save_done` drops them as gone, so a crash before the file is
+    rewritten leaves it known as well."""
+    ingested = dict(manifest.ingested)
+    for (file, size), batch in manifest.ingested.items():
+        if file in sizes and sizes[file][0] == size:
+            ingested[(file, sizes[file][1])] = batch
+    plan = manifest.plan
+    if plan is not None:
+        plan = IngestPlan(plan.batch, tuple(sorted(
+            (f, sizes[f][1]) if f in sizes and sizes[f][0] == s else (f, s) for f, s in plan.files)))
+    return _save(lake, manifest, ingested, plan, manifest.batch, now)

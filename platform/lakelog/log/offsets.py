@@ -9,6 +9,7 @@ heads and assigns its offsets again, so offsets never duplicate or skip.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +27,8 @@ from lakelog.lake import AppTxn, CommitMetadata, DataFile, Lake, Snapshot, alrea
 from lakelog.log.topics import Topic
 
 APPEND_GUARD = "lakelog.append"
+#: Table property: per log partition, a head that holds even when the head's record is removed.
+HEAD_FLOORS = "lakelog.log.heads"
 #: The heads joined in by `assign_offsets` (a type, not DDL text Spark Connect would parse).
 HEADS_SCHEMA = T.StructType([T.StructField("partition", T.IntegerType()),
                              T.StructField("_head", T.LongType())])
@@ -60,20 +63,40 @@ def topic_snapshot(lake: Lake, topic: Topic | str) -> Snapshot:
     return lake.snapshot(path)
 
 
+def head_floors(snapshot: Snapshot) -> dict[int, int]:
+    """Per log partition, the head kept in the table's properties (`keep_heads`), if any."""
+    kept = snapshot.properties.get(HEAD_FLOORS)
+    return {int(p): int(h) for p, h in json.loads(kept).items()} if kept else {}
+
+
+def keep_heads(lake: Lake, path: str) -> None:
+    """Record each log partition's head in the table's properties before records are removed
+    from anywhere in the log (an erasure): the head stays where it is even if its record goes,
+    so an offset is never assigned twice and no consumer's committed offset runs ahead."""
+    snapshot = lake.snapshot(path)
+    floors = {str(p): s.head for p, s in sorted(partition_states(snapshot, 0).items())}
+    lake.set_properties(path, {HEAD_FLOORS: json.dumps(floors)})
+
+
 def partition_states(snapshot: Snapshot, partitions: int) -> dict[int, PartitionState]:
-    """Log-start offset, head, records and bytes per log partition, from file statistics only."""
+    """Log-start offset, head, records and bytes per log partition, from file statistics (and
+    the heads kept by `keep_heads`) only."""
     by_partition: dict[int, list[DataFile]] = {p: [] for p in range(partitions)}
     for f in snapshot.files():
         by_partition.setdefault(int(f.partition_values["partition"]), []).append(f)
+    floors = head_floors(snapshot)
+    for p in floors:
+        by_partition.setdefault(p, [])
     states = {}
     for p, files in sorted(by_partition.items()):
+        floor = floors.get(p, 0)
         if not files:
-            states[p] = PartitionState(p, 0, 0, 0, 0)
+            states[p] = PartitionState(p, floor, floor, 0, 0)
             continue
         states[p] = PartitionState(
             partition=p,
             start_offset=min(f.min_values["offset"] for f in files),
-            head=max(f.max_values["offset"] for f in files) + 1,
+            head=max(max(f.max_values["offset"] for f in files) + 1, floor),
             records=sum(f.num_records for f in files),
             bytes=sum(f.size for f in files),
         )

@@ -6,7 +6,9 @@ every hour of history. The rows already checked are summed up by their heads at 
 suite's contiguity rule continues from (`topic_suite(checked=...)`): the first new offset of
 each log partition must follow the last one checked. Anything else — no version that passed,
 one the log no longer has, a schema changed since, a compacted topic (compaction rewrites old
-offsets into new files) — is validated whole.
+offsets into new files) — is validated whole. An erasure's rewritten files hold only rows
+already checked (minus the subject's), so they are not checked again; a topic that had records
+erased has gaps, which its suite then allows.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 
 from lakelog.lake import Lake, Snapshot
-from lakelog.log.offsets import partition_states
+from lakelog.log.offsets import HEAD_FLOORS, partition_states
 from lakelog.log.topics import Topic
 from lakelog.quality.suites import Suite, topic_suite
 
@@ -33,7 +35,8 @@ class Scope:
 
 def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | None) -> Scope:
     """What of `topic` at `snapshot` to validate, given the last version that passed."""
-    whole = Scope(lake.read(snapshot), topic_suite(topic), "the whole table")
+    erased = HEAD_FLOORS in snapshot.properties
+    whole = Scope(lake.read(snapshot), topic_suite(topic, erased=erased), "the whole table")
     if passed is None or passed > snapshot.version or topic.compaction is not None:
         return whole
     try:
@@ -43,9 +46,11 @@ def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | N
     if before.table_id != snapshot.table_id or before.schema != snapshot.schema:
         return whole
     known = {f.path for f in before.files()}
-    added = [f for f in snapshot.files() if f.path not in known]
     heads = {p: s.head for p, s in partition_states(before, topic.partitions).items()}
-    suite = topic_suite(topic, checked=heads)
+    # A file of offsets all below the head checked is a rewrite of checked rows (an erasure's).
+    added = [f for f in snapshot.files() if f.path not in known
+             and f.max_values["offset"] >= heads.get(int(f.partition_values["partition"]), 0)]
+    suite = topic_suite(topic, checked=heads, erased=erased)
     since = f"rows added since version {passed}, which passed"
     if not added:
         return Scope(None, suite, f"no {since}")

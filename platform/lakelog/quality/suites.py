@@ -86,9 +86,12 @@ SELECT `partition`, previous_offset, `offset` FROM (
 """
 
 
-def topic_suite(topic: Topic, *, checked: Mapping[int, int] | None = None) -> Suite:
+def topic_suite(
+    topic: Topic, *, checked: Mapping[int, int] | None = None, erased: bool = False
+) -> Suite:
     """The topic table's schema, non-null key and event id, offsets unique per log partition
-    and, unless the topic is compacted (compaction leaves gaps), contiguous from the log start.
+    and, unless the topic is compacted or had records `erased` (both leave gaps), contiguous
+    from the log start.
 
     `checked` are, per log partition, the heads of the rows already checked: the suite then
     validates the rows appended since (offsets unique among them, and contiguous from there).
@@ -102,7 +105,8 @@ def topic_suite(topic: Topic, *, checked: Mapping[int, int] | None = None) -> Su
         gxe.ExpectColumnValuesToNotBeNull(column="event_id"),
         _unique(["partition", "offset"]),
     ]
-    if topic.compaction is None:
+    gaps = topic.compaction is not None or erased
+    if not gaps:
         query = CONTIGUOUS_OFFSETS
         if checked:
             values = ", ".join(f"({p}, {h - 1})" for p, h in sorted(checked.items()))
@@ -116,7 +120,8 @@ def topic_suite(topic: Topic, *, checked: Mapping[int, int] | None = None) -> Su
         names.TOPIC_CHECK, tuple(expectations), blocking=True,
         index_columns=("partition", "offset"),
         description=f"log/{topic.name}: schema, non-null key and event id, offsets unique"
-        + (" and contiguous" if topic.compaction is None else " (compacted: gaps allowed)"),
+        + (" and contiguous" if not gaps else
+           f" ({'compacted' if topic.compaction else 'records erased'}: gaps allowed)"),
     )
 
 
