@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 import psycopg
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
@@ -189,6 +192,65 @@ def test_demo_rerun_is_idempotent(demo_home, tmp_path):
     again = json.loads(lakelog(*DEMO, "--json", home=home).stdout)
     assert again["appended"] == 0 and again["files_written"] == 0 and again["microbatches"] == 0
     assert {t: table(home, f"log/{t}") for t in shop.TOPICS} == before
+
+
+def every_table(home):
+    """Every Delta table under `home`, by path, as rows read by delta-rs."""
+    return {str(d.parent.relative_to(home)): DeltaTable(str(d.parent)).to_pyarrow_table()
+            for d in Path(home).rglob("_delta_log")}
+
+
+def holding(tables, names, value):
+    """The tables with a row whose column (or struct field) named one of `names` is `value`."""
+    found = set()
+    for path, data in tables.items():
+        for field in data.schema:
+            columns = [data[field.name]] if field.name in names else [
+                pc.struct_field(data[field.name], f.name) for f in field.type
+                if f.name in names] if pa.types.is_struct(field.type) else []
+            if any(pc.any(pc.equal(pc.cast(c, pa.string()), value)).as_py() for c in columns):
+                found.add(path)
+    return found
+
+
+def test_erase_removes_a_user_and_their_customer_row_everywhere(demo_home, tmp_path):
+    """`lakelog erase` on a copy of the demo lake: the subject is in no table and no landing
+    file, other records keep their offsets, the views are recomputed without the subject, and
+    the record proves the erasure by a salted hash."""
+    home = tmp_path / "lake"
+    shutil.copytree(demo_home[0], home)
+    names = shop_pipeline.subject_columns
+    views = table(home, "log/page_views")
+    user = max({r["user_id"] for r in views}, key=lambda u: sum(r["user_id"] == u for r in views))
+    customer = str(int(user.split("-")[1]))  # demo user u-000123 is the shop's customer 123
+    assert {"log/page_views", "streams/search_clicks"} <= holding(every_table(home), names, user)
+    assert "tables/customers" in holding(every_table(home), names, customer)
+    before = {t: table(home, f"log/{t}") for t in shop.TOPICS}
+
+    erased = json.loads(lakelog("erase", "--subject", user, "--json", home=home).stdout)
+    customer_erased = json.loads(lakelog("erase", "--subject", customer, "--json",
+                                         home=home).stdout)
+
+    assert erased["remaining"] == {} == customer_erased["remaining"]
+    assert erased["rows"] > 0 and "product_stats" in erased["rebuilt"]
+    assert {t["path"] for t in customer_erased["tables"]} >= {
+        "tables/customers", "history/customers", "log/cdc.customers",
+        "log/changes.tables.customers"}
+    tables = every_table(home)
+    assert not holding(tables, names, user) and not holding(tables, names, customer)
+    landed = [p.read_text() for p in (home / "landing").rglob("*.ndjson")]
+    assert not any(f'"{user}"' in text for text in landed)
+    for t in shop.TOPICS:  # every other record where it was, at its offset
+        assert table(home, f"log/{t}") == [r for r in before[t] if r["user_id"] != user], t
+    funnel = table(home, "views/product_funnel_hourly")
+    viewed = [r for r in table(home, "log/page_views") if r["product_id"] is not None]
+    assert sum(r["views"] for r in funnel) == len(viewed) > 0  # recomputed without the user
+    record = table(home, "_erasures", drop=())
+    done = {r["erasure_id"]: r for r in record if r["kind"] == "done"}
+    assert set(done) == {erased["erasure_id"], customer_erased["erasure_id"]}
+    first = done[erased["erasure_id"]]
+    assert hashlib.sha256(f"{first['salt']}{user}".encode()).hexdigest() == first["subject_hash"]
+    assert not any(user in json.dumps(r, default=str) for r in record)
 
 
 def test_killed_demo_finishes_with_the_same_tables(demo_home, tmp_path):

@@ -29,6 +29,7 @@ def test_shop_definitions():
     tables = {dg.AssetKey([kind, t]) for kind in ("tables", "history")
               for t in ("customers", "products", "inventory")}
     capture = dg.AssetKey(["cdc", "shop"])
+    erasures = dg.AssetKey(["_erasures"])
     carts = {dg.AssetKey(["streams", f"cart_{t}"])
              for t in ("state", "snapshots", "rejections", "orders")}
     windows = {"revenue_per_minute", "product_views_10m", "order_value_rolling", "user_sessions"}
@@ -54,8 +55,11 @@ def test_shop_definitions():
     assert graph.get_all_asset_keys() == (
         topics | changelogs | tables | carts | streams | views
         | {capture, dg.AssetKey(["streams", "product_stats"]), dg.AssetKey(["log", "cart_orders"]),
-           dg.AssetKey(["log", "changes.tables.customers"])}
+           dg.AssetKey(["log", "changes.tables.customers"]), erasures}
     )
+    # The erasure record: materialized by the erase_subject job alone, checked by hash.
+    assert defs.resolve_job_def("erase_subject").asset_layer.executable_asset_keys == {erasures}
+    assert graph.get(erasures).group_name == "erasure"
     # A percolator depends on its events and its queries.
     assert set(graph.get(dg.AssetKey(["streams", "price_alert_matches"])).parent_keys) == {
         dg.AssetKey(["log", "cdc.products"]), dg.AssetKey(["log", "price_alerts"])
@@ -96,7 +100,8 @@ def test_shop_definitions():
     assert {(dg.AssetKey(["tables", t]), "matches_source")
             for t in ("customers", "products", "inventory")} | {
         (dg.AssetKey(["streams", "cart_state"]), "replay_matches")} | {
-        (dg.AssetKey(["replays", n]), "matches_live") for n in windows} <= checks
+        (dg.AssetKey(["replays", n]), "matches_live") for n in windows} | {
+        (erasures, "no_erased_subject")} <= checks
     assert {key for key, _ in checks} >= topics | tables  # quality checks
     # One sensor, running from the start, requests runs of one job over every live asset.
     [sensor] = defs.sensors
@@ -106,7 +111,8 @@ def test_shop_definitions():
     pipeline = defs.resolve_job_def("pipeline")
     assert pipeline.executor_def.name == dg.in_process_executor.name
     replays = {dg.AssetKey(["replays", n]) for n in windows}
-    assert pipeline.asset_layer.executable_asset_keys == graph.get_all_asset_keys() - replays
+    assert pipeline.asset_layer.executable_asset_keys == (
+        graph.get_all_asset_keys() - replays - {erasures})
     assert pipeline.partitions_def == graph.get(dg.AssetKey(["views", "product_funnel_hourly"])
                                                 ).partitions_def
     # Derived assets go stale in the UI when the pipeline stops; consumers' outputs are

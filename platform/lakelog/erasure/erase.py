@@ -20,9 +20,10 @@ same subject again resumes it (same id, same decisions) and each step finds less
    subject). A consumer whose topics retention has already cut cannot be recomputed (the log
    no longer holds what it counted) and one whose decisions were published elsewhere must not
    be: those are recorded as kept, with the reason; their rows of the subject went in step 2;
-4. delete from storage every file those tables' commits removed (`Lake.purge_removed`), and
-   their Delta log before the erasure (`Lake.forget_history`, whose file statistics hold column
-   minima and maxima): no earlier version can be read again by time travel;
+4. delete from storage every file those tables' commits removed up to the erasure's last
+   commit to each (`Lake.purge_removed`), and their Delta log before it (`Lake.forget_history`:
+   its file statistics hold column minima and maxima): no earlier version can be read again by
+   time travel, while what writers committed since stays readable, change feed and all;
 5. rewrite the landing files holding the subject's lines (`lakelog.erasure.landing`);
 6. mark the erasure done in its record (`lakelog.erasure.record`), which says what was done
    without the subject: a row when it starts (with step 3's decisions, made before anything is
@@ -107,15 +108,18 @@ def erase_subject(
             log.table(done)
             if path in streams:
                 _skip_publication(lake, streams[path], done, now=now)
-    touched = {t.path for t in erased} | record.tables_of(lake, started.erasure_id)
+    # Per table, the version up to which its history goes: the erasure's own commits, not
+    # what a writer committed since (a change stream or model may still read those).
+    touched = record.tables_of(lake, started.erasure_id) | {t.path: t.version_after
+                                                            for t in erased}
     for name in started.rebuild:  # step 3
-        rebuild_consumer(lake, pipeline, name, to="earliest", now=now)
-        touched.update(o.path for o in pipeline.consumer(name).outputs if lake.exists(o.path))
+        for path in rebuild_consumer(lake, pipeline, name, to="earliest", now=now).emptied:
+            touched[path] = lake.snapshot(path).version
     log.consumers(started.rebuild, started.kept)
     purged = 0
-    for path in sorted(touched):  # step 4
-        purged += len(lake.purge_removed(path))
-        lake.forget_history(path)
+    for path, version in sorted(touched.items()):  # step 4
+        purged += len(lake.purge_removed(path, through=version))
+        lake.forget_history(path, before=version)
     files = landing.erase_landing(lake, pipeline, subject, now=now)  # step 5
     log.landing(files)
     done = Erasure(started.erasure_id, started.subject_hash, started.salt, tuple(erased),

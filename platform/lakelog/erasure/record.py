@@ -126,9 +126,9 @@ class Log:
                       "files": erasure.purged, "detail": "files purged from storage"}])
 
 
-def tables_of(lake: Lake, erasure_id: str) -> set[str]:
-    """The tables erasure `erasure_id` has rewritten so far."""
-    return {r["target"] for r in _rows(lake)
+def tables_of(lake: Lake, erasure_id: str) -> dict[str, int]:
+    """The tables erasure `erasure_id` has rewritten so far, with the version it left each at."""
+    return {r["target"]: r["version_after"] for r in _rows(lake)
             if r["erasure_id"] == erasure_id and r["kind"] == "table"}
 
 

@@ -208,12 +208,14 @@ class Lake(Protocol):
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
         """Delete files no longer referenced by versions younger than `retention`."""
 
-    def forget_history(self, path: str) -> int:
-        """Checkpoint the latest version and delete the Delta log before it: no earlier version
-        can be loaded again, and the statistics (min and max values) the log kept of removed
-        files go with it. Returns the commits forgotten."""
+    def forget_history(self, path: str, before: int) -> int:
+        """Checkpoint version `before` and delete the Delta log before it: no earlier version
+        can be loaded again, and the statistics (min and max values) the log kept of files
+        removed by then go with it; later versions stay readable, changes and all. Returns the
+        commits forgotten."""
 
-    def purge_removed(self, path: str) -> list[str]:
-        """Delete now every file a commit of the table removed (vacuum with no retention, but
-        never a file no commit mentions: a concurrent writer's files about to be committed are
-        safe), so no version before can be read again. Returns the files deleted."""
+    def purge_removed(self, path: str, through: int) -> list[str]:
+        """Delete now every file a commit of the table up to version `through` removed (vacuum
+        with no retention, but never a file no commit mentions: a concurrent writer's files
+        about to be committed are safe), so no version before can be read again. Returns the
+        files deleted."""

@@ -414,11 +414,11 @@ class EmbeddedLake:
         self._delta(path).alter.set_table_properties(dict(properties), raise_if_not_exists=False)
         return self._delta(path).version()
 
-    def purge_removed(self, path: str) -> list[str]:
+    def purge_removed(self, path: str, through: int) -> list[str]:
         table_fs_path, current = self._fs_path(path), self.snapshot(path)
         kept = {f.path for f in current.files()}
         removed: set[str] = set()
-        for version in range(current.version + 1):
+        for version in range(through + 1):
             try:
                 actions = list(log_actions(self._fs, table_fs_path, version))
             except ChangesUnavailableError:  # cleaned up by log retention
@@ -431,10 +431,9 @@ class EmbeddedLake:
         self._delete_files(path, [unquote(p) for p in present])
         return present
 
-    def forget_history(self, path: str) -> int:
-        table = self._delta(path)
-        version = table.version()
-        table.create_checkpoint()
+    def forget_history(self, path: str, before: int) -> int:
+        version = before
+        self._delta(path, version).create_checkpoint()
         log = self._fs_path(f"{path}/_delta_log")
         forgotten = 0
         for info in self._fs.get_file_info(pafs.FileSelector(log)):
