@@ -7,7 +7,8 @@ log's heads are kept first (`lakelog.log.offsets.keep_heads`): removing a head's
 hands its offset out again. A merge-on-read table loses every version of the subject's rows. The commit is made relative to
 the snapshot read: a writer that changed the same files first makes it fail cleanly
 (`ConcurrentWriteError`) and it is planned again; a writer that appended rows of the subject
-meanwhile is caught by the next pass, which runs until one finds nothing.
+meanwhile is caught by the next pass, which reads only the files not checked yet and runs
+until one finds nothing (with no such file, it needs no Spark job).
 
 `Lake.purge_removed` then deletes the removed files from storage, so no earlier version of the
 table — time travel — reads the rows again.
@@ -55,28 +56,37 @@ def erase_rows(lake: Lake, path: str, names: Collection[str], subject: str, *,
     """Remove the rows of `path` that are `subject`'s (module docstring)."""
     first = lake.snapshot(path).version
     rows = files = 0
+    checked: set[str] = set()  # files known to hold none of the subject's rows
     for _ in range(PASSES):
         snapshot = lake.snapshot(path)
-        everything = lake.read(snapshot, file_paths=True)
+        unchecked = [f for f in snapshot.files() if f.path not in checked]
+        if not unchecked:
+            return TableErasure(path, rows, files, first, snapshot.version)
         condition = subject_condition(path, snapshot.schema, names, subject)
         assert condition is not None, f"{path} holds no subject column"
-        counts = everything.where(condition).groupBy(F.col(FILE).alias("file")).count().collect()
-        if not counts:
+        counts = (lake.read(snapshot, files=unchecked, file_paths=True).where(condition)
+                  .groupBy(F.col(FILE).alias("file")).count().collect())
+        hit = {r["file"]: r["count"] for r in counts}
+        chosen = [f for f in unchecked if any(name.endswith("/" + f.path) for name in hit)]
+        if not chosen:
             return TableErasure(path, rows, files, first, snapshot.version)
         if _is_log(snapshot) and head_floors(snapshot) != _heads(snapshot):
-            keep_heads(lake, path)  # a new version: plan again on it
-            continue
-        hit = {r["file"]: r["count"] for r in counts}
-        chosen = [f for f in snapshot.files()
-                  if any(name.endswith("/" + f.path) for name in hit)]
+            keep_heads(lake, path)
+            snapshot = lake.snapshot(path)
         kept = lake.read(snapshot, files=chosen, all_versions=True).where(~condition)
         try:
-            lake.write(snapshot, kept, remove=chosen, metadata={
+            version = lake.write(snapshot, kept, remove=chosen, metadata={
                 METADATA_KEY: {"id": erasure_id, "rows": sum(hit.values())}})
         except ConcurrentWriteError:
-            continue  # another writer changed these files first: plan again
+            checked = set()  # another writer changed the table first: plan again
+            continue
         rows += sum(hit.values())
         files += len(chosen)
+        # Checked now: the snapshot's other files and the commit's own; a writer's files
+        # committed meanwhile are checked by the next pass.
+        previous = {f.path for f in lake.snapshot(path, version - 1).files()}
+        checked = ({f.path for f in snapshot.files()}
+                   | {f.path for f in lake.snapshot(path, version).files()} - previous)
     raise ErasureError(f"{path}: rows of the subject remained after {PASSES} passes (writers "
                        "kept adding or rewriting them); pause the pipeline and erase again")
 
