@@ -29,7 +29,7 @@ class FileErasure:
 def erase_landing(lake: Lake, pipeline: Pipeline, subject: str, *, now: datetime
                   ) -> list[FileErasure]:
     """Remove the subject's lines from every landing file of the pipeline's landed topics."""
-    done = []
+    done, needle = [], subject.encode("utf-8")
     for topic in pipeline.landed_topics:
         base = landing_path(topic)
         rewrites = {}
@@ -38,8 +38,10 @@ def erase_landing(lake: Lake, pipeline: Pipeline, subject: str, *, now: datetime
                 continue
             path = f"{base}/{relative}"
             data = lake.read_bytes(path)
+            if needle not in data:  # a line of the subject holds its text: most files don't
+                continue
             lines = data.splitlines(keepends=True)
-            kept = [x for x in lines if not line_holds(
+            kept = [x for x in lines if needle not in x or not line_holds(
                 x.decode("utf-8", errors="replace").strip(), pipeline.subject_columns, subject)]
             if len(kept) < len(lines):
                 body = b"".join(kept)
