@@ -6,9 +6,9 @@ every hour of history. The rows already checked are summed up by their heads at 
 suite's contiguity rule continues from (`topic_suite(checked=...)`): the first new offset of
 each log partition must follow the last one checked. Anything else — no version that passed,
 one the log no longer has, a schema changed since, a compacted topic (compaction rewrites old
-offsets into new files) — is validated whole. An erasure's rewritten files hold only rows
-already checked (minus the subject's), so they are not checked again; a topic that had records
-erased has gaps, which its suite then allows.
+offsets into new files) — is validated whole. So is a topic after an erasure, which forgets
+the versions before it (`lakelog.erasure`); a topic that had records erased has gaps, which
+its suite then allows.
 """
 
 from __future__ import annotations
@@ -46,10 +46,8 @@ def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | N
     if before.table_id != snapshot.table_id or before.schema != snapshot.schema:
         return whole
     known = {f.path for f in before.files()}
+    added = [f for f in snapshot.files() if f.path not in known]
     heads = {p: s.head for p, s in partition_states(before, topic.partitions).items()}
-    # A file of offsets all below the head checked is a rewrite of checked rows (an erasure's).
-    added = [f for f in snapshot.files() if f.path not in known
-             and f.max_values["offset"] >= heads.get(int(f.partition_values["partition"]), 0)]
     suite = topic_suite(topic, checked=heads, erased=erased)
     since = f"rows added since version {passed}, which passed"
     if not added:
