@@ -21,7 +21,6 @@ from lakelog.consumers.watermarks import Watermark
 from lakelog.erasure import erase_subject, find_erased, find_subject, recorded
 from lakelog.erasure.subject import subject_hash
 from lakelog.errors import ConfigError
-from lakelog.lake import EmbeddedLake
 from lakelog.log import dead_letters, ingest
 from lakelog.log.landing import load_manifest
 from lakelog.log.offsets import partition_states
