@@ -6,8 +6,10 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakelog.consumers import BatchInput, Output
 from lakelog.demo import oltp
 from lakelog.lake import EmbeddedLake
 from lakelog.log.topics import EventTime, Topic
@@ -55,6 +57,25 @@ def make_topic(name: str = "events", partitions: int = 3, **kwargs) -> Topic:
         time=EventTime("device_time", "sent_time", "received_time"),
         **kwargs,
     )
+
+
+#: Running totals per product of a `make_topic` topic named ``events``: a keyed output that a
+#: replay would count twice (`add_to_totals` is its transform).
+TOTALS = Output(
+    "streams/totals",
+    T.StructType([T.StructField("product_id", T.StringType()), T.StructField("n", T.LongType()),
+                  T.StructField("amount", T.DoubleType())]),
+    keys=("product_id",),
+)
+
+
+def add_to_totals(batch: BatchInput):
+    delta = batch.records["events"].groupBy("product_id").agg(
+        F.count("*").alias("dn"), F.sum("amount").alias("da"))
+    joined = delta.join(batch.current(TOTALS), "product_id", "left")
+    return {TOTALS.path: joined.select(
+        "product_id", (F.col("dn") + F.coalesce("n", F.lit(0))).alias("n"),
+        (F.col("da") + F.coalesce("amount", F.lit(0.0))).alias("amount"))}
 
 
 def drop(lake_root: str, topic: str, name: str, lines: list) -> Path:

@@ -159,12 +159,10 @@ def find_erased(lake: Lake, names: Collection[str]) -> dict[str, list[str]]:
     if not erasures:
         return {}
     found: dict[str, list[str]] = {}
-    for path in lake.tables():
-        if path == PATH:
-            continue
+    for path in subject_tables(lake, names):
         snapshot = lake.snapshot(path)
         fields = subject_fields(snapshot.schema, names)
-        if not fields:
+        if not fields:  # the dead letters: raw text, searched by value only
             continue
         rows = lake.read(snapshot, all_versions=True)
         values = rows.select(F.explode(F.array(*[F.col(c).cast("string") for c in fields]))

@@ -432,14 +432,13 @@ class EmbeddedLake:
         return present
 
     def forget_history(self, path: str, before: int) -> int:
-        version = before
-        self._delta(path, version).create_checkpoint()
+        self._delta(path, before).create_checkpoint()
         log = self._fs_path(f"{path}/_delta_log")
         forgotten = 0
         for info in self._fs.get_file_info(pafs.FileSelector(log)):
             name = info.base_name
             number = name.split(".", 1)[0]
-            if number.isdigit() and int(number) < version and info.type == pafs.FileType.File:
+            if number.isdigit() and int(number) < before and info.type == pafs.FileType.File:
                 self._fs.delete_file(info.path)
                 forgotten += name.endswith(".json")
         return forgotten

@@ -8,13 +8,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from engine_helpers import drop, make_topic, record
+from engine_helpers import TOTALS, add_to_totals, drop, make_topic, record
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from lakelog import consumers
-from lakelog.consumers import BatchInput, Consumer, Output
+from lakelog.consumers import Consumer, Output
 from lakelog.consumers import checkpoints
 from lakelog.consumers.resets import rebuild_consumer, reset_consumer
 from lakelog.consumers.watermarks import Watermark
@@ -26,22 +26,8 @@ from lakelog.pipeline import Pipeline
 from lakelog.windows import Count, Sum, Tumbling, WindowedAggregate
 
 EVENTS = make_topic()
-TOTALS = Output(
-    "streams/totals",
-    T.StructType([T.StructField("product_id", T.StringType()), T.StructField("n", T.LongType()),
-                  T.StructField("amount", T.DoubleType())]),
-    keys=("product_id",),
-)
 COPY = Output("streams/copy", T.StructType([T.StructField("event_id", T.StringType())]))
 
-
-def add_to_totals(batch: BatchInput):
-    delta = batch.records["events"].groupBy("product_id").agg(
-        F.count("*").alias("dn"), F.sum("amount").alias("da"))
-    joined = delta.join(batch.current(TOTALS), "product_id", "left")
-    return {TOTALS.path: joined.select(
-        "product_id", (F.col("dn") + F.coalesce("n", F.lit(0))).alias("n"),
-        (F.col("da") + F.coalesce("amount", F.lit(0.0))).alias("amount"))}
 
 
 PIPELINE = Pipeline(
