@@ -13,7 +13,7 @@ from lakelog.assets.metadata import lag_table
 from lakelog.assets.naming import CONSUMER_TAG, consumer_pool, op_name, output_key, topic_key
 from lakelog.cdc.compacted import change_counts
 from lakelog.consumers import Consumer, Role, lag, run_until_caught_up
-from lakelog.consumers import checkpoints
+from lakelog.consumers import units
 from lakelog.consumers.watermarks import from_us
 from lakelog.errors import ConfigError
 from lakelog.log.topics import Topic
@@ -129,7 +129,7 @@ def consumer_asset(
             "lost_to_retention": sum(b.lost_to_retention for b in batches),
             "lag": lag_table(lags),
             "lag_total": sum(x.lag for x in lags),
-            **event_time_metadata(checkpoints.load(the_lake, consumer.name).state),
+            **event_time_metadata(units.load_all(the_lake, consumer, reads).state),
         }
         snapshots = {
             o.path: the_lake.snapshot(o.path) if the_lake.exists(o.path) else None

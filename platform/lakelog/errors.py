@@ -29,6 +29,11 @@ class ConcurrentWriteError(LakelogError):
     """Another writer committed a conflicting transaction first; nothing of ours was committed."""
 
 
+class FencedError(ConcurrentWriteError):
+    """A consumer group member's log partition moved to another member in a newer generation:
+    its batch there was not committed (the new owner finishes it)."""
+
+
 class ConsumerBusyError(LakelogError):
     """A microbatch of the consumer is in progress, so its offsets cannot be changed now."""
 

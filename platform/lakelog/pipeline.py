@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Union
@@ -53,7 +53,9 @@ class Pipeline:
     writes (``tables/customers``) whose changes are published as the changelog topics
     ``changes.<path with dots>`` (`lakelog.cdc.change_streams`). `subject_columns` name the
     columns that identify a data subject (a user id), wherever a table has them: what
-    `lakelog.erasure` erases a subject by. Each collection may be
+    `lakelog.erasure` erases a subject by. `groups` maps consumer names to the number of members
+    that share the consumer's log partitions as a consumer group (`lakelog.consumers.groups`),
+    each member a Dagster run of its own. Each collection may be
     given as any iterable (or a mapping by name) and is kept as a tuple, so the declaration
     cannot change once checked.
     """
@@ -70,6 +72,7 @@ class Pipeline:
     models: Path | None = None
     change_streams: tuple[str, ...] = ()
     subject_columns: tuple[str, ...] = ()
+    groups: Mapping[str, int] = field(default_factory=dict, hash=False)
     model_graph: ModelGraph | None = field(init=False, repr=False, compare=False, default=None)
     #: The `change_streams`, resolved to their tables' outputs.
     published_streams: tuple[ChangeStream, ...] = field(init=False, repr=False, compare=False,
@@ -100,6 +103,7 @@ class Pipeline:
                 problems.append(f"{attribute} must each be a {label}, not {_kind(wrong[0])}")
         if self.models is not None:
             object.__setattr__(self, "models", Path(self.models))
+        problems += self._group_problems()
         if kinds_ok:
             problems += self._graph_problems()
         if not problems and self.models is not None:  # model refs need a sound graph
@@ -115,7 +119,8 @@ class Pipeline:
                   *(a.outbox_topic for a in self.aggregates),
                   *(s.topic for s in self.published_streams)]
         problems += _duplicates("topic", [t.name for t in topics])
-        consumers = self._consumer_list
+        consumers, grouping = self._grouped(self._declared_consumers)
+        problems += grouping
         problems += _duplicates("consumer", [c.name for c in consumers])
         problems += _duplicates("captured source", [s.server_name for s in self.sources])
         writers: dict[str, list[str]] = {}
@@ -136,6 +141,41 @@ class Pipeline:
                 problems.append(f"consumer {consumer.name} reads {', '.join(unwritten)}, which "
                                 "no consumer of the pipeline writes")
         return problems
+
+    def _group_problems(self) -> list[str]:
+        if not isinstance(self.groups, Mapping):
+            wrong = _kind(self.groups)
+            object.__setattr__(self, "groups", {})
+            return [f"groups must map consumer names to member counts, not {wrong}"]
+        object.__setattr__(self, "groups", dict(self.groups))
+        problems = [f"group {name!r}: members must be a whole number >= 1, not {n!r}"
+                    for name, n in self.groups.items()
+                    if not isinstance(n, int) or isinstance(n, bool) or n < 1]
+        return problems
+
+    def _grouped(self, consumers: list[Consumer]) -> tuple[list[Consumer], list[str]]:
+        """`consumers` with the declared `groups` applied, and what is wrong with them."""
+        names = {c.name for c in consumers}
+        problems = [f"group {name!r}: no consumer of the pipeline has that name"
+                    for name in self.groups if name not in names]
+        deciders = {a.consumer.name for a in self.aggregates}
+        found = []
+        for consumer in consumers:
+            members = self.groups.get(consumer.name)
+            if not isinstance(members, int) or isinstance(members, bool) or members < 1:
+                found.append(consumer)
+                continue
+            if consumer.name in deciders:
+                problems.append(f"group {consumer.name!r}: an event-sourced aggregate decides "
+                                "each command against all before it; it runs alone")
+                found.append(consumer)
+                continue
+            try:
+                found.append(replace(consumer, members=members))
+            except ConfigError as exc:
+                problems.append(f"group {consumer.name!r}: {exc}")
+                found.append(consumer)
+        return found, problems
 
     def _stream_problems(self) -> list[str]:
         outputs = {o.path: o for c in self._consumer_list for o in c.outputs}
@@ -165,6 +205,10 @@ class Pipeline:
 
     @property
     def _consumer_list(self) -> list[Consumer]:
+        return self._grouped(self._declared_consumers)[0]
+
+    @property
+    def _declared_consumers(self) -> list[Consumer]:
         return [
             *(c for s in self.sources for c in s.consumers.values()),
             *self.consumers,

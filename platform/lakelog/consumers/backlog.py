@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from lakelog.consumers import checkpoints
+from lakelog.consumers import units
 from lakelog.consumers.checkpoints import TopicPartition
 from lakelog.consumers.consumer import Consumer
 from lakelog.lake import Lake
@@ -45,7 +45,7 @@ def positions(lake: Lake, topics: Mapping[str, Topic]) -> dict[TopicPartition, t
 def lag(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic]) -> list[PartitionLag]:
     """Committed offset and head per topic and log partition."""
     topic_map = consumer.topics_in(topics)
-    checkpoint = checkpoints.load(lake, consumer.name)
+    checkpoint = units.load_all(lake, consumer, topic_map)
     rows = []
     for (topic, partition), (log_start, head) in sorted(positions(lake, topic_map).items()):
         default = head if consumer.start == "latest" else log_start

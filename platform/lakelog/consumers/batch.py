@@ -28,6 +28,7 @@ from lakelog.consumers import checkpoints
 from lakelog.consumers.backlog import positions
 from lakelog.consumers.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.consumers.consumer import BatchInput, Changes, Consumer, Output
+from lakelog.consumers.units import Unit, refuse_if_grouped
 from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.lake.merge_on_read import merge_keys
@@ -47,6 +48,8 @@ class BatchResult:
     lost_to_retention: int
     outputs_written: tuple[str, ...]
     outputs_skipped: tuple[str, ...] = field(default_factory=tuple)
+    #: The log partition of a consumer group's batch; None: the consumer whole.
+    partition: int | None = None
 
 
 def make_plan(
@@ -89,18 +92,34 @@ def make_plan(
 
 
 def run_batch(
-    lake: Lake, consumer: Consumer, topics: Mapping[str, Topic], *, now: datetime
+    lake: Lake,
+    consumer: Consumer,
+    topics: Mapping[str, Topic],
+    *,
+    now: datetime,
+    unit: Unit | None = None,
+    fence: Callable[[Checkpoint], None] | None = None,
 ) -> BatchResult | None:
-    """Run (or finish) one microbatch; None when there is nothing new to consume."""
+    """Run (or finish) one microbatch of `unit` (default: the consumer whole); None when there
+    is nothing new to consume. `fence` sees the checkpoint the batch will commit against and
+    may refuse it (a group member whose partition moved, `lakelog.consumers.groups`)."""
+    unit = unit or Unit(consumer.name)
+    if consumer.members and unit.partition is None:
+        raise ConfigError(f"consumer {consumer.name} is a group: run it by its log partitions "
+                          "(lakelog.consumers.groups)")
     topic_map = consumer.topics_in(topics)
     for topic in topic_map.values():
         ensure_topic_table(lake, topic)
-    checkpoint = checkpoints.load(lake, consumer.name)
+    checkpoint = checkpoints.load(lake, unit.checkpoint)
+    if unit.partition is None and (checkpoint.snapshot is None or checkpoint.state):
+        refuse_if_grouped(lake, consumer, checkpoint)
+    if fence is not None:
+        fence(checkpoint)
     plan, resumed = checkpoint.plan, checkpoint.plan is not None
     if plan is None:
         plan = make_plan(
             checkpoint,
-            positions(lake, topic_map),
+            {tp: p for tp, p in positions(lake, topic_map).items() if unit.owns(tp)},
             max_records=consumer.max_records_per_batch,
             start=consumer.start,
         )
@@ -110,7 +129,7 @@ def run_batch(
         checkpoint = checkpoints.save_plan(lake, checkpoint, plan, now=now)  # step 1
     planned_at = checkpoint.updated_at or now
 
-    txn = AppTxn(consumer.app_id, plan.batch)
+    txn = AppTxn(unit.app_id, plan.batch)
     snapshots = {}
     for output in consumer.outputs:
         merge = output.merge_keys
@@ -141,13 +160,15 @@ def run_batch(
                 produced = consumer.transform(batch)
                 for output in pending:  # step 3
                     _write_output(
-                        lake, snapshots[output.path], output, produced[output.path], txn, plan
+                        lake, snapshots[output.path], output, produced[output.path],
+                        _txns(consumer, output, txn), plan,
                     )
         finally:
             batch.release()
     checkpoints.save_commit(lake, checkpoint, plan, now=now, state=state)  # step 4
     return BatchResult(
         consumer=consumer.name,
+        partition=unit.partition,
         batch=plan.batch,
         records=plan.records,
         resumed=resumed,
@@ -158,25 +179,35 @@ def run_batch(
     )
 
 
+def _txns(consumer: Consumer, output: Output, txn: AppTxn) -> list[AppTxn]:
+    """The batch's transaction; for a keyed output of a group, also the group's guard, which
+    serializes its members' keyed commits (Delta fails a commit whose application transaction
+    a concurrent commit carried): their upserts read and rewrite rows, and two that insert one
+    new key at once would both add it. A member that loses retries its batch."""
+    if consumer.members and output.keys:
+        return [txn, AppTxn(f"lakelog.group:{consumer.name}", txn.version)]
+    return [txn]
+
+
 def _write_output(
     lake: Lake,
     snapshot: Snapshot,
     output: Output,
     df: DataFrame | Changes | None,
-    txn: AppTxn,
+    txns: list[AppTxn],
     plan: Plan,
 ) -> None:
     """Commit against `snapshot`: if another run committed this batch since, this one fails."""
     metadata = {"lakelog.batch": {"batch": plan.batch, "records": plan.records}}
     if df is None:  # nothing to write: commit the batch's transaction alone
-        lake.write(snapshot, None, txns=[txn], metadata=metadata)
+        lake.write(snapshot, None, txns=txns, metadata=metadata)
         return
     changes = df if isinstance(df, Changes) else Changes(df)
     if changes.replace:
         if changes.files is None or changes.deletes is not None:
             raise ConfigError(f"output {output.path}: a replacing write names its files, no deletes")
         rewrite(lake, snapshot, changes.rows, files=changes.files, keys=output.keys,
-                rows_per_file=output.rows_per_file, rows_hint=changes.rows_hint, txns=[txn],
+                rows_per_file=output.rows_per_file, rows_hint=changes.rows_hint, txns=txns,
                 metadata=metadata)
     elif output.merge_on_read:
         if changes.deletes is not None or changes.files is not None:
@@ -186,34 +217,15 @@ def _write_output(
         if output.rows_per_file:  # at most one row per record; usually one sorted file
             rows = clustered(rows, output.keys, output.rows_per_file,
                              changes.rows_hint or plan.records)
-        lake.write(snapshot, rows, txns=[txn], metadata=metadata,
+        lake.write(snapshot, rows, txns=txns, metadata=metadata,
                    max_records_per_file=output.rows_per_file)
     elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
             rows_per_file=output.rows_per_file, deletes=changes.deletes,
-            candidates=changes.files, rows_hint=changes.rows_hint, txns=[txn], metadata=metadata,
+            candidates=changes.files, rows_hint=changes.rows_hint, txns=txns, metadata=metadata,
         )
     elif changes.deletes is not None:
         raise ConfigError(f"output {output.path} has no keys, so nothing can be deleted from it")
     else:
-        lake.write(snapshot, changes.rows, txns=[txn], metadata=metadata)
-
-
-def run_until_caught_up(
-    lake: Lake,
-    consumer: Consumer,
-    topics: Mapping[str, Topic],
-    *,
-    now: Callable[[], datetime],
-    max_batches: int | None = None,
-) -> list[BatchResult]:
-    results: list[BatchResult] = []
-    while max_batches is None or len(results) < max_batches:
-        result = run_batch(lake, consumer, topics, now=now())
-        if result is None:
-            break
-        results.append(result)
-        if result.records == 0:  # an idle tick: one per call is enough
-            break
-    return results
+        lake.write(snapshot, changes.rows, txns=txns, metadata=metadata)

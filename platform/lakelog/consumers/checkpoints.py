@@ -80,7 +80,7 @@ def load(lake: Lake, consumer: str) -> Checkpoint:
     rows = lake.read_arrow(snapshot).to_pylist()
     if not rows:
         return Checkpoint(consumer, snapshot, -1, {}, None, {})
-    committed = {(r["topic"], r["partition"]): r["committed"] for r in rows}
+    committed = {(r["topic"], r["partition"]): r["committed"] for r in rows if r["topic"]}
     batch = rows[0]["batch"]
     planned = rows[0]["planned_batch"]
     plan = None
@@ -92,10 +92,30 @@ def load(lake: Lake, consumer: str) -> Checkpoint:
                 for r in rows
                 if r["planned_start"] is not None
             },
-            skipped={(r["topic"], r["partition"]): r["skipped"] or 0 for r in rows},
+            skipped={(r["topic"], r["partition"]): r["skipped"] or 0 for r in rows if r["topic"]},
         )
     state = json.loads(rows[0]["state"]) if rows[0]["state"] else {}
     return Checkpoint(consumer, snapshot, batch, committed, plan, state, rows[0]["updated_at"])
+
+
+def rewrite(
+    lake: Lake,
+    path: str,
+    schema: T.StructType,
+    snapshot: Snapshot | None,
+    rows: list[dict[str, Any]],
+    *,
+    guard: str,
+    metadata: Mapping[str, Any],
+) -> int:
+    """Replace the small table at `path` by `rows`, relative to `snapshot` (None: the table does
+    not exist yet, and is created): the commit carries the application transaction `guard`, so
+    of two writers from one snapshot one fails (`ConcurrentWriteError`). The new version."""
+    if snapshot is None:  # first commit: relative to the empty table, so a racing first wins
+        lake.create_table(path, schema)
+        snapshot = lake.snapshot(path, version=0)
+    return lake.write_rows(snapshot, rows, mode="overwrite",
+                           txns=[AppTxn(guard, snapshot.version + 1)], metadata=metadata)
 
 
 def _save(
@@ -126,21 +146,17 @@ def _save(
                 "updated_at": now,
             }
         )
-    snapshot = checkpoint.snapshot
-    if snapshot is None:  # first commit: relative to the empty table, so a racing first wins
-        lake.create_table(checkpoint_path(checkpoint.consumer), SCHEMA)
-        snapshot = lake.snapshot(checkpoint_path(checkpoint.consumer), version=0)
-    guard = AppTxn(guard_app_id(checkpoint.consumer), snapshot.version + 1)
-    version = lake.write_rows(
-        snapshot,
-        rows,
-        mode="overwrite",
-        txns=[guard],
+    if not rows and state:  # nothing committed yet: a row without a partition keeps the state
+        rows.append({"topic": None, "partition": None, "committed": None, "batch": batch,
+                     "state": json.dumps(state, sort_keys=True), "updated_at": now})
+    version = rewrite(
+        lake, checkpoint_path(checkpoint.consumer), SCHEMA, checkpoint.snapshot, rows,
+        guard=guard_app_id(checkpoint.consumer),
         metadata={"lakelog.checkpoint": {"batch": batch, "planned": plan.batch if plan else None}},
     )
     return Checkpoint(
         checkpoint.consumer,
-        lake.snapshot(snapshot.path, version),
+        lake.snapshot(checkpoint_path(checkpoint.consumer), version),
         batch,
         dict(committed),
         plan,
@@ -171,6 +187,16 @@ def save_commit(
     return _save(
         lake, checkpoint, batch=plan.batch, committed=committed, plan=None,
         state=checkpoint.state if state is None else state, now=now,
+    )
+
+
+def save_state(
+    lake: Lake, checkpoint: Checkpoint, state: Mapping[str, Any], *, now: datetime
+) -> Checkpoint:
+    """Replace the state alone: offsets and a pending plan stay as they are."""
+    return _save(
+        lake, checkpoint, batch=checkpoint.batch, committed=checkpoint.committed,
+        plan=checkpoint.plan, state=state, now=now,
     )
 
 

@@ -163,6 +163,10 @@ class Consumer:
     idle_tick: Tick | None = None
     #: Tables the transform reads besides its topics and outputs (e.g. a join's lookup table).
     reads: tuple[str, ...] = ()
+    #: Run as a consumer group (`lakelog.consumers.groups`): its log partitions are shared by
+    #: the members that run, each partition with its own checkpoint; this many members by
+    #: default. 0: one consumer with one checkpoint.
+    members: int = 0
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):
@@ -173,6 +177,13 @@ class Consumer:
             raise ConfigError(f"consumer {self.name}: max_records_per_batch must be >= 1")
         if not self.topics:
             raise ConfigError(f"consumer {self.name}: needs at least one topic")
+        if self.members < 0:
+            raise ConfigError(f"consumer {self.name}: members must be >= 0")
+        if self.members and (self.advance is not None or self.idle_tick is not None):
+            raise ConfigError(
+                f"consumer {self.name} keeps state across its log partitions (a watermark, "
+                "windows): it cannot share them among the members of a group"
+            )
 
     @property
     def app_id(self) -> str:

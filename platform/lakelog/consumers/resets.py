@@ -25,11 +25,11 @@ running the rebuild again completes it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from lakelog.consumers import checkpoints
+from lakelog.consumers import units
 from lakelog.consumers.backlog import lag, positions
 from lakelog.consumers.checkpoints import TopicPartition
 from lakelog.consumers.consumer import Consumer
@@ -78,14 +78,11 @@ def reset_offsets(
     Refused while a batch is planned but not committed: that batch must finish first. Whether
     replaying records into the outputs is right is for `reset_consumer` and `rebuild_consumer`.
     """
-    checkpoint = checkpoints.load(lake, consumer.name)
-    if checkpoint.plan is not None:
-        raise ConsumerBusyError(
-            f"consumer {consumer.name} has batch {checkpoint.plan.batch} in progress; "
-            "let it finish (or rerun it if it crashed) before resetting offsets"
-        )
+    if consumer.members:
+        units.seed(lake, consumer, topics, now=now)
+    loaded = units.load_units(lake, consumer, topics)
     offsets = target_offsets(lake, consumer, topics, to=to)
-    checkpoints.save_offsets(lake, checkpoint, offsets, now=now)
+    units.save_offsets(lake, loaded, offsets, now=now)  # refuses a batch in progress
     return offsets
 
 
@@ -136,7 +133,10 @@ def rebuild_consumer(
     refusals = pipeline.rebuild_hazards(name)
     if refusals:
         raise UnsafeReplayError(f"consumer {name} cannot be rebuilt: {'; '.join(refusals)}")
-    checkpoint = checkpoints.load(lake, name)  # step 1
+    if consumer.members:
+        units.seed(lake, consumer, pipeline.all_topics, now=now)
+    loaded = units.load_units(lake, consumer, pipeline.all_topics)  # step 1
+    checkpoint = units.merged(name, loaded)
     if checkpoint.plan is not None:
         raise ConsumerBusyError(
             f"consumer {name} has batch {checkpoint.plan.batch} in progress; let it finish "
@@ -148,7 +148,7 @@ def rebuild_consumer(
         if lake.exists(output.path):
             lake.replace_table(output.path, output.schema)
             emptied.append(output.path)
-    checkpoints.save_offsets(lake, replace(checkpoint, state={}), offsets, now=now)  # step 3
+    units.save_offsets(lake, loaded, offsets, now=now, state={})  # step 3
     return Rebuilt(name, offsets, tuple(emptied))
 
 

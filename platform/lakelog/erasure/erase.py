@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lakelog.cdc.change_streams import ChangeStream, publish_changes
-from lakelog.consumers import checkpoints
+from lakelog.consumers import units
 from lakelog.consumers.resets import rebuild_consumer
 from lakelog.errors import ConfigError, ConsumerBusyError
 from lakelog.erasure import landing, record
@@ -88,7 +88,8 @@ def erase_subject(
         raise ConfigError(f"pipeline {pipeline.name} declares no subject_columns, so no table "
                           "says whose data a row is; declare them (e.g. ('user_id',))")
     candidates = _rebuild_candidates(pipeline)
-    busy = [c for c in candidates if checkpoints.load(lake, c).plan is not None]
+    busy = [c for c in candidates
+            if units.load_all(lake, pipeline.consumer(c), pipeline.all_topics).plan is not None]
     if busy:  # step 1
         raise ConsumerBusyError(f"consumer(s) {', '.join(busy)} have a microbatch in progress; "
                                 "let them finish (or rerun them if they crashed), then erase")

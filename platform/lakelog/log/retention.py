@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lakelog.consumers import Consumer
-from lakelog.consumers import checkpoints
+from lakelog.consumers import units
 from lakelog.lake import DataFile, Lake, Snapshot
 from lakelog.log.offsets import partition_states, topic_snapshot
 from lakelog.log.topics import Topic
@@ -37,7 +37,7 @@ def consumer_floors(lake: Lake, topic: Topic, consumers: Sequence[Consumer]) -> 
     for consumer in consumers:
         if topic.name not in consumer.topics:
             continue
-        committed = checkpoints.load(lake, consumer.name).committed
+        committed = units.load_all(lake, consumer, {topic.name: topic}).committed
         for p in range(topic.partitions):
             offset = committed.get((topic.name, p), 0 if consumer.start == "earliest" else None)
             if offset is not None:
