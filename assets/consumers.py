@@ -8,7 +8,7 @@ import dagster as dg
 from pydantic import Field
 
 from lakelog.assets.errors import engine_errors
-from lakelog.assets.gates import blocking, describe, verdicts
+from lakelog.assets.gates import blocked_consumer
 from lakelog.assets.metadata import lag_table
 from lakelog.assets.naming import CONSUMER_TAG, consumer_pool, op_name, output_key, topic_key
 from lakelog.cdc.compacted import change_counts
@@ -96,15 +96,7 @@ def consumer_asset(
     def _consume(
         context: dg.AssetExecutionContext, config: MicrobatchConfig, lake: LakeResource
     ) -> Iterator[dg.MaterializeResult]:
-        blocked = blocking(verdicts(context.instance, gates))
-        if blocked:
-            why = describe(blocked)
-            context.log.warning(f"consumer {consumer.name} consumes nothing: {why}")
-            for output in consumer.outputs:
-                context.log_event(dg.AssetObservation(
-                    asset_key=output_key(output),
-                    metadata={"blocked_by": [v.name for v in blocked], "blocked_because": why},
-                ))
+        if blocked_consumer(context, consumer, gates):
             return
         the_lake = lake.open()
         before = {

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from lakelog.assets.naming import output_key
+from lakelog.consumers import Consumer
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -63,3 +66,21 @@ def blocking(verdicts: Iterable[Verdict]) -> list[Verdict]:
 
 def describe(blocked: Iterable[Verdict]) -> str:
     return "; ".join(f"check {v.name} {v.reason}" for v in blocked)
+
+
+def blocked_consumer(
+    context: dg.OpExecutionContext, consumer: Consumer, gates: Iterable[dg.AssetCheckKey]
+) -> bool:
+    """Whether a blocking check of what `consumer` reads has not passed: if so, says why in the
+    log and on each of its outputs (an observation), and the step consumes nothing."""
+    blocked = blocking(verdicts(context.instance, gates))
+    if not blocked:
+        return False
+    why = describe(blocked)
+    context.log.warning(f"consumer {consumer.name} consumes nothing: {why}")
+    for output in consumer.outputs:
+        context.log_event(dg.AssetObservation(
+            asset_key=output_key(output),
+            metadata={"blocked_by": [v.name for v in blocked], "blocked_because": why},
+        ))
+    return True

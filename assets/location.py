@@ -18,6 +18,7 @@ from lakelog.assets.cdc import capture_asset, reconciliation_check
 from lakelog.assets.change_streams import change_stream_asset
 from lakelog.assets.consumers import consumer_asset, consumer_job
 from lakelog.assets.erasure import ERASE_JOB, erasure_asset, erasure_check
+from lakelog.assets.groups import members_job
 from lakelog.assets.maintenance import maintenance_job
 from lakelog.assets.naming import capture_key, op_name
 from lakelog.assets.pipeline import FRESHNESS, LiveGraph, fresh, gates_of
@@ -54,6 +55,8 @@ def build_location(
         for name, c in consumers.items()
     }
     jobs = {name: consumer_job(consumers[name], a) for name, a in consumer_assets.items()}
+    member_jobs = [members_job(c, topics, gates=gates[name])
+                   for name, c in consumers.items() if c.members]
     captures = {s.server_name: capture_asset(s.server_name, s.tables) for s in sources}
     capture_jobs = {
         name: dg.define_asset_job(op_name("capture", name), selection=[capture_key(name)])
@@ -90,7 +93,8 @@ def build_location(
         assets=[*live_assets, *(replay_asset(w, topics) for w in pipeline.windows),
                 *([erasure_asset(pipeline)] if erasure else [])],
         asset_checks=[*checks, *audits, *([erasure_check(pipeline)] if erasure else [])],
-        jobs=[pipeline_job, *audit, *jobs.values(), *capture_jobs.values(), maintenance,
+        jobs=[pipeline_job, *audit, *jobs.values(), *member_jobs, *capture_jobs.values(),
+              maintenance,
               *([ERASE_JOB] if erasure else [])],
         sensors=[pipeline_sensor(live, pipeline_job,
                                  minimum_interval_seconds=pipeline_interval_seconds)],
@@ -119,7 +123,9 @@ def build_definitions(
     ``erase_subject`` job (the subject as config) erase a data subject. Everything but the
     replays and the erasures is kept live by the `pipeline` job and its sensor, ticking
     every `pipeline_interval_seconds`; derived assets get the `FRESHNESS` policy. The
-    `microbatch_<consumer>` and `capture_<source>` jobs are for running one by hand.
+    `microbatch_<consumer>` and `capture_<source>` jobs are for running one by hand; each
+    consumer group (`Pipeline.groups`) adds its ``members_<consumer>`` job, one partition per
+    member, whose runs share the consumer's log partitions.
     """
     return build_location(pipeline, resources=resources,
                           pipeline_interval_seconds=pipeline_interval_seconds).defs

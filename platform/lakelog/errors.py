@@ -33,6 +33,10 @@ class FencedError(ConcurrentWriteError):
     """A consumer group member's log partition moved to another member in a newer generation:
     its batch there was not committed (the new owner finishes it)."""
 
+    def __init__(self, message: str, *, partition: int | None = None) -> None:
+        super().__init__(message)
+        self.partition = partition
+
 
 class ConsumerBusyError(LakelogError):
     """A microbatch of the consumer is in progress, so its offsets cannot be changed now."""

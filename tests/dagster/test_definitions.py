@@ -141,6 +141,10 @@ def test_shop_definitions():
     assert dg.AssetCheckKey(dg.AssetKey(["log", "orders"]), "log_integrity") in requested
     assert not audits & set(requested)
     assert defs.resolve_job_def("microbatch_product_stats").tags == {CONSUMER_TAG: "product_stats"}
+    # The consumer group's members: one partition (member) each, and no one-run limit.
+    members = defs.resolve_job_def("members_join_orders_enriched")
+    assert members.partitions_def.get_partition_keys() == ["member-0", "member-1"]
+    assert CONSUMER_TAG not in members.tags
 
 
 def test_a_declared_pipeline_becomes_assets_sensors_and_jobs():

@@ -50,6 +50,9 @@ def test_the_demo_shop_is_one_pipeline():
         shop_pipeline.table_paths)
     assert [t.path for t in shop_pipeline.compacted_tables] == [
         "tables/customers", "tables/products", "tables/inventory"]
+    # its orders are enriched by a consumer group of two members; every other consumer runs alone
+    assert {n: c.members for n, c in shop_pipeline.all_consumers.items() if c.members} == {
+        "join.orders_enriched": 2}
 
 
 def test_a_declaration_is_frozen_and_keeps_tuples():
@@ -94,6 +97,16 @@ def test_lookups_name_what_there_is():
         (dict(joins=[shop_pipeline.joins[1]], topics=shop.TOPICS),
          ["consumer join.orders_enriched reads tables/customers, which no consumer of the "
           "pipeline writes"]),
+        (dict(topics=[CLICKS], windows=[PER_MINUTE],
+              groups={"window.clicks_per_minute": 2, "nope": 2}),
+         ["group 'window.clicks_per_minute': consumer window.clicks_per_minute keeps state "
+          "across its log partitions", "group 'nope': no consumer of the pipeline has that name"]),
+        (dict(topics=[CLICKS], consumers=[copy_of("clicks")], groups={"copy_clicks": 0}),
+         ["group 'copy_clicks': members must be a whole number >= 1, not 0"]),
+        (dict(topics=[CLICKS], groups=["copy_clicks"]),
+         ["groups must map consumer names to member counts, not list"]),
+        (dict(topics=shop.TOPICS, aggregates=[shop.CARTS], groups={"aggregate.cart": 2}),
+         ["group 'aggregate.cart': an event-sourced aggregate decides each command"]),
     ],
 )
 def test_a_bad_declaration_is_one_error_naming_each_problem(declaration, problems):

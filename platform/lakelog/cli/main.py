@@ -29,6 +29,7 @@ from lakelog.cli.init import add_init_command
 from lakelog.cli.pipelines import VARIABLE, resolve
 from lakelog.cli.runs import cmd_demo, cmd_offsets_reset, cmd_run
 from lakelog.cli.spark import add_spark_commands
+from lakelog.consumers.groups import owners
 from lakelog.errors import ConfigError, LakelogError
 from lakelog.log import ingest
 from lakelog.log.offsets import offsets_for_time, partition_states, read_offsets, topic_snapshot
@@ -119,19 +120,22 @@ def cmd_lag(args: argparse.Namespace) -> None:
     pipeline = resolve(args.pipeline)
     declared = pipeline.all_consumers
     chosen = [pipeline.consumer(args.consumer)] if args.consumer else list(declared.values())
-    rows = [
-        {"consumer": c.name, "topic": p.topic, "partition": p.partition,
-         "committed": p.committed, "head": p.head, "lag": p.lag}
-        for c in chosen
-        for p in consumers.lag(the_lake, c, pipeline.all_topics)
-    ]
+    rows = []
+    for c in chosen:  # a group's partitions name the live member that owns them
+        members = owners(the_lake, c, pipeline.all_topics, now=now()) if c.members else {}
+        rows += [
+            {"consumer": c.name, "topic": p.topic, "partition": p.partition,
+             "committed": p.committed, "head": p.head, "lag": p.lag,
+             "member": members.get(p.partition)}
+            for p in consumers.lag(the_lake, c, pipeline.all_topics)
+        ]
     wide = max([len(r["consumer"]) + 2 for r in rows] + [20])
     at = max([len(r["topic"]) + 2 for r in rows] + [14])
     lines = [f"{'CONSUMER':<{wide}}{'TOPIC':<{at}}{'PARTITION':>10}{'COMMITTED':>12}"
-             f"{'HEAD':>12}{'LAG':>10}"]
+             f"{'HEAD':>12}{'LAG':>10}  MEMBER"]
     lines += [
         f"{r['consumer']:<{wide}}{r['topic']:<{at}}{r['partition']:>10}{r['committed']:>12}"
-        f"{r['head']:>12}{r['lag']:>10}"
+        f"{r['head']:>12}{r['lag']:>10}  {r['member'] or '-'}"
         for r in rows
     ]
     emit(args, rows, "\n".join(lines))

@@ -17,10 +17,10 @@ A crash anywhere is followed by a retry that finishes the same batch: nothing lo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame
 
@@ -48,8 +48,8 @@ class BatchResult:
     lost_to_retention: int
     outputs_written: tuple[str, ...]
     outputs_skipped: tuple[str, ...] = field(default_factory=tuple)
-    #: The log partition of a consumer group's batch; None: the consumer whole.
-    partition: int | None = None
+    #: The log partitions of a consumer group's batch; empty: the consumer whole.
+    partitions: tuple[int, ...] = ()
 
 
 def make_plan(
@@ -97,39 +97,51 @@ def run_batch(
     topics: Mapping[str, Topic],
     *,
     now: datetime,
-    unit: Unit | None = None,
-    fence: Callable[[Checkpoint], None] | None = None,
+    units: Sequence[Unit] = (),
+    fence: Callable[[Unit, Checkpoint], None] | None = None,
 ) -> BatchResult | None:
-    """Run (or finish) one microbatch of `unit` (default: the consumer whole); None when there
-    is nothing new to consume. `fence` sees the checkpoint the batch will commit against and
-    may refuse it (a group member whose partition moved, `lakelog.consumers.groups`)."""
-    unit = unit or Unit(consumer.name)
-    if consumer.members and unit.partition is None:
+    """Run (or finish) one microbatch of `units` (default: the consumer whole); None when there
+    is nothing new to consume.
+
+    A group's partitions (`lakelog.consumers.units`) run as one batch: each has its own plan and
+    offset commit, and the outputs are written once, carrying every partition's transaction.
+    The consumer's `max_records_per_batch` is shared among them. `fence` sees each checkpoint
+    the batch will commit against and may refuse it (a group member whose partition moved,
+    `lakelog.consumers.groups`).
+    """
+    units = list(units) or [Unit(consumer.name)]
+    if consumer.members and any(u.partition is None for u in units):
         raise ConfigError(f"consumer {consumer.name} is a group: run it by its log partitions "
                           "(lakelog.consumers.groups)")
     topic_map = consumer.topics_in(topics)
     for topic in topic_map.values():
         ensure_topic_table(lake, topic)
-    checkpoint = checkpoints.load(lake, unit.checkpoint)
-    if unit.partition is None and (checkpoint.snapshot is None or checkpoint.state):
-        refuse_if_grouped(lake, consumer, checkpoint)
-    if fence is not None:
-        fence(checkpoint)
-    plan, resumed = checkpoint.plan, checkpoint.plan is not None
-    if plan is None:
+    heads: dict[TopicPartition, tuple[int, int]] | None = None
+    planned: list[_Planned] = []
+    for unit in units:
+        checkpoint = checkpoints.load(lake, unit.checkpoint)
+        if unit.partition is None and (checkpoint.snapshot is None or checkpoint.state):
+            refuse_if_grouped(lake, consumer, checkpoint)
+        if fence is not None:
+            fence(unit, checkpoint)
+        if checkpoint.plan is not None:
+            planned.append(_Planned(unit, checkpoint, checkpoint.plan, resumed=True))
+            continue
+        heads = positions(lake, topic_map) if heads is None else heads
         plan = make_plan(
             checkpoint,
-            {tp: p for tp, p in positions(lake, topic_map).items() if unit.owns(tp)},
-            max_records=consumer.max_records_per_batch,
+            {tp: p for tp, p in heads.items() if unit.owns(tp)},
+            max_records=max(consumer.max_records_per_batch // len(units), 1),
             start=consumer.start,
         )
         tick = consumer.idle_tick is not None and consumer.idle_tick(checkpoint.state, now)
         if not plan.ranges and not tick:
-            return None
+            continue
         checkpoint = checkpoints.save_plan(lake, checkpoint, plan, now=now)  # step 1
-    planned_at = checkpoint.updated_at or now
+        planned.append(_Planned(unit, checkpoint, plan, resumed=False))
+    if not planned:
+        return None
 
-    txn = AppTxn(unit.app_id, plan.batch)
     snapshots = {}
     for output in consumer.outputs:
         merge = output.merge_keys
@@ -139,54 +151,102 @@ def run_batch(
         if output.keys and merge_keys(snapshots[output.path].properties) != merge:
             ensure_layout(lake, output.path, merge, rows_per_file=output.rows_per_file)
             snapshots[output.path] = lake.snapshot(output.path)
-    pending = [o for o in consumer.outputs if not already_committed(snapshots[o.path], txn)]
-    state = checkpoint.state
-    if pending or consumer.advance:
-        records, stats = {}, {}
-        for name in consumer.topics:  # step 2
-            ranges = {p: r for (t, p), r in plan.ranges.items() if t == name}
-            log = topic_snapshot(lake, topic_map[name])
-            records[name] = read_offsets(lake, log, ranges)
-            stats[name] = range_stats(log, ranges)
-        batch = BatchInput(
-            lake, plan.batch, records, snapshots, now=planned_at, state=checkpoint.state,
-            stats=stats,
-        )
-        try:
-            if consumer.advance:
-                state = consumer.advance(batch)
-                batch = replace(batch, next_state=state)  # the same scratch
-            if pending:
-                produced = consumer.transform(batch)
-                for output in pending:  # step 3
-                    _write_output(
-                        lake, snapshots[output.path], output, produced[output.path],
-                        _txns(consumer, output, txn), plan,
-                    )
-        finally:
-            batch.release()
-    checkpoints.save_commit(lake, checkpoint, plan, now=now, state=state)  # step 4
+    # Units whose outputs were all written, or none, go together; a crash between two outputs
+    # leaves a unit part-written, and it goes with those left the same way.
+    together: dict[tuple[str, ...], list[_Planned]] = {}
+    for p in planned:
+        pending = tuple(o.path for o in consumer.outputs
+                        if not already_committed(snapshots[o.path], p.txn))
+        together.setdefault(pending, []).append(p)
+    written: set[str] = set()
+    for pending, group in together.items():
+        if pending or consumer.advance:
+            _process(lake, consumer, topic_map, group, snapshots,
+                     [o for o in consumer.outputs if o.path in pending], now=now)
+            snapshots.update({path: lake.snapshot(path) for path in pending})
+            written.update(pending)
+    for p in planned:
+        checkpoints.save_commit(lake, p.checkpoint, p.plan, now=now, state=p.state)  # step 4
+    ranges = {tp: r for p in planned for tp, r in p.plan.ranges.items()}
     return BatchResult(
         consumer=consumer.name,
-        partition=unit.partition,
-        batch=plan.batch,
-        records=plan.records,
-        resumed=resumed,
-        ranges=dict(plan.ranges),
-        lost_to_retention=sum(plan.skipped.values()),
-        outputs_written=tuple(o.path for o in pending),
-        outputs_skipped=tuple(o.path for o in consumer.outputs if o not in pending),
+        partitions=tuple(p.unit.partition for p in planned if p.unit.partition is not None),
+        batch=max(p.plan.batch for p in planned),
+        records=sum(p.plan.records for p in planned),
+        resumed=any(p.resumed for p in planned),
+        ranges=ranges,
+        lost_to_retention=sum(sum(p.plan.skipped.values()) for p in planned),
+        outputs_written=tuple(o.path for o in consumer.outputs if o.path in written),
+        outputs_skipped=tuple(o.path for o in consumer.outputs if o.path not in written),
     )
 
 
-def _txns(consumer: Consumer, output: Output, txn: AppTxn) -> list[AppTxn]:
-    """The batch's transaction; for a keyed output of a group, also the group's guard, which
+@dataclass
+class _Planned:
+    """One unit's part of a batch: its checkpoint with the plan, and the state to commit."""
+
+    unit: Unit
+    checkpoint: Checkpoint
+    plan: Plan
+    resumed: bool
+    state: Mapping[str, Any] | None = None
+
+    @property
+    def txn(self) -> AppTxn:
+        return AppTxn(self.unit.app_id, self.plan.batch)
+
+
+def _process(
+    lake: Lake,
+    consumer: Consumer,
+    topic_map: Mapping[str, Topic],
+    group: list[_Planned],
+    snapshots: Mapping[str, Snapshot],
+    pending: list[Output],
+    *,
+    now: datetime,
+) -> None:
+    """Steps 2 and 3 for units that go together: read their ranges, transform, and write each
+    pending output once with all their transactions."""
+    ranges = {tp: r for p in group for tp, r in p.plan.ranges.items()}
+    records, stats = {}, {}
+    for name in consumer.topics:  # step 2
+        mine = {part: r for (t, part), r in ranges.items() if t == name}
+        log = topic_snapshot(lake, topic_map[name])
+        records[name] = read_offsets(lake, log, mine)
+        stats[name] = range_stats(log, mine)
+    first = group[0].checkpoint
+    alone = len(group) == 1
+    planned_at = max(p.checkpoint.updated_at or now for p in group)  # a retry: the same time
+    batch = BatchInput(
+        lake, max(p.plan.batch for p in group), records, snapshots, now=planned_at,
+        state=first.state if alone else {}, stats=stats,
+    )
+    try:
+        if consumer.advance:  # a consumer alone: a group's partitions keep no state
+            group[0].state = consumer.advance(batch)
+            batch = replace(batch, next_state=group[0].state)  # the same scratch
+        if pending:
+            produced = consumer.transform(batch)
+            txns = [p.txn for p in group]
+            metadata = {"lakelog.batch": {"batch": batch.batch,
+                                          "records": sum(p.plan.records for p in group)}}
+            for output in pending:  # step 3
+                _write_output(lake, snapshots[output.path], output, produced[output.path],
+                              _txns(consumer, output, txns), metadata,
+                              records=sum(p.plan.records for p in group))
+    finally:
+        batch.release()
+
+
+def _txns(consumer: Consumer, output: Output, txns: list[AppTxn]) -> list[AppTxn]:
+    """The batch's transactions; for a keyed output of a group, also the group's guard, which
     serializes its members' keyed commits (Delta fails a commit whose application transaction
     a concurrent commit carried): their upserts read and rewrite rows, and two that insert one
     new key at once would both add it. A member that loses retries its batch."""
     if consumer.members and output.keys:
-        return [txn, AppTxn(f"lakelog.group:{consumer.name}", txn.version)]
-    return [txn]
+        return [*txns, AppTxn(f"lakelog.group:{consumer.name}", max(t.version for t in txns))]
+    return txns
 
 
 def _write_output(
@@ -195,10 +255,11 @@ def _write_output(
     output: Output,
     df: DataFrame | Changes | None,
     txns: list[AppTxn],
-    plan: Plan,
+    metadata: dict[str, Any],
+    *,
+    records: int,
 ) -> None:
     """Commit against `snapshot`: if another run committed this batch since, this one fails."""
-    metadata = {"lakelog.batch": {"batch": plan.batch, "records": plan.records}}
     if df is None:  # nothing to write: commit the batch's transaction alone
         lake.write(snapshot, None, txns=txns, metadata=metadata)
         return
@@ -216,7 +277,7 @@ def _write_output(
         rows = changes.rows
         if output.rows_per_file:  # at most one row per record; usually one sorted file
             rows = clustered(rows, output.keys, output.rows_per_file,
-                             changes.rows_hint or plan.records)
+                             changes.rows_hint or records)
         lake.write(snapshot, rows, txns=txns, metadata=metadata,
                    max_records_per_file=output.rows_per_file)
     elif output.keys:

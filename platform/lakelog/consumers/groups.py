@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from lakelog.consumers import checkpoints, membership
+from lakelog.consumers import checkpoints, membership, units
 from lakelog.consumers.batch import BatchResult, run_batch
 from lakelog.consumers.checkpoints import Checkpoint
 from lakelog.consumers.consumer import Consumer
@@ -72,11 +72,11 @@ def claim(lake: Lake, unit: Unit, me: Owner, *, now: datetime) -> bool:
     raise ConcurrentWriteError(f"{unit.checkpoint}: lost {RETRIES} races to claim it")
 
 
-def fence(consumer: str, unit: Unit, me: Owner, *, solo: bool = False) -> Callable[[Checkpoint], None]:
-    """The check a member's batch makes on the checkpoint it commits against: the unit is still
-    its own. `solo`: run without membership, refused only by a claim newer than `me`."""
+def fence(consumer: str, me: Owner, *, solo: bool = False) -> Callable[[Unit, Checkpoint], None]:
+    """The check a member's batch makes on each checkpoint it commits against: the unit is
+    still its own. `solo`: run without membership, refused only by a claim newer than `me`."""
 
-    def check(checkpoint: Checkpoint) -> None:
+    def check(unit: Unit, checkpoint: Checkpoint) -> None:
         current = owner(checkpoint)
         moved = current.generation > me.generation if solo else current != me
         if moved:
@@ -84,31 +84,33 @@ def fence(consumer: str, unit: Unit, me: Owner, *, solo: bool = False) -> Callab
                 f"consumer {consumer}: partition {unit.partition} belongs to member "
                 f"{current.member} of generation {current.generation}, not to "
                 f"{me.member or 'this run'} (generation {me.generation}); nothing of its batch "
-                "was committed here"
+                "was committed here",
+                partition=unit.partition,
             )
 
     return check
 
 
-def run_unit(
+def run_units(
     lake: Lake,
     consumer: Consumer,
     topics: Mapping[str, Topic],
-    unit: Unit,
-    check: Callable[[Checkpoint], None],
+    units: Sequence[Unit],
+    check: Callable[[Unit, Checkpoint], None],
     *,
     now: Callable[[], datetime],
 ) -> BatchResult | None:
-    """One batch of `unit`; a batch that lost a race to another member's commit (a keyed
-    output's guard, a plan) is tried again from the checkpoint — and refused with
-    `FencedError` once the unit is no longer ours."""
+    """One batch of `units`; a batch that lost a race to another member's commit (a keyed
+    output's guard, a plan) is tried again from the checkpoints — and refused with
+    `FencedError` once one of the units is no longer ours."""
     for attempt in range(RETRIES):
         try:
-            return run_batch(lake, consumer, topics, now=now(), unit=unit, fence=check)
+            return run_batch(lake, consumer, topics, now=now(), units=units, fence=check)
         except FencedError:
             raise
         except ConcurrentWriteError:
-            check(checkpoints.load(lake, unit.checkpoint))  # moved: FencedError
+            for unit in units:  # moved: FencedError
+                check(unit, checkpoints.load(lake, unit.checkpoint))
             if attempt == RETRIES - 1:
                 raise
             time.sleep(0.05 * (attempt + 1))
@@ -134,23 +136,17 @@ def run_member(
         while max_batches is None or len(results) < max_batches:
             group = membership.heartbeat(lake, consumer.name, member, now=now(), timeout=timeout)
             me = Owner(member, group.generation)
-            progressed = moved = False
-            for k in group.assignment(len(units)).get(member, ()):
-                try:
-                    if not claim(lake, units[k], me, now=now()):
-                        raise FencedError(f"generation {group.generation} is stale")
-                    result = run_unit(lake, consumer, topics, units[k],
-                                      fence(consumer.name, units[k], me), now=now)
-                except FencedError:
-                    moved = True  # a newer generation: read the assignment again
-                    break
-                if result is not None:
-                    results.append(result)
-                    progressed = True
-                if max_batches is not None and len(results) >= max_batches:
-                    break
-            if not (progressed or moved):
+            mine = [units[k] for k in group.assignment(len(units)).get(member, ())]
+            try:
+                if not all(claim(lake, unit, me, now=now()) for unit in mine):
+                    continue  # a newer generation: read the assignment again
+                result = run_units(lake, consumer, topics, mine, fence(consumer.name, me),
+                                   now=now) if mine else None
+            except FencedError:
+                continue
+            if result is None:
                 break
+            results.append(result)
     finally:
         membership.heartbeat(lake, consumer.name, member, now=now(), timeout=timeout, leave=True)
     return results
@@ -165,28 +161,38 @@ def run_group(
     max_batches: int | None = None,
     timeout: timedelta = SESSION_TIMEOUT,
 ) -> list[BatchResult]:
-    """Run a group's partitions until caught up: alone while no member is live (a claim by a
-    member that joins meanwhile takes its partition from this run), else as one more member."""
+    """Run a group's partitions until caught up, all in each batch: alone while no member is
+    live (a member that joins meanwhile takes its partitions from this run, which goes on with
+    the others), else as one more member."""
     group = membership.load(lake, consumer.name)
     if group.live(now(), timeout):
         return run_member(lake, consumer, topics, member=f"run-{uuid.uuid4().hex[:12]}",
                           now=now, timeout=timeout, max_batches=max_batches)
     seed(lake, consumer, topics, now=now())
-    me = Owner(None, group.generation)
+    check = fence(consumer.name, Owner(None, group.generation), solo=True)
     results: list[BatchResult] = []
     active = units_of(consumer, topics)
     while active and (max_batches is None or len(results) < max_batches):
-        still = []
-        for unit in active:
-            try:
-                result = run_unit(lake, consumer, topics, unit,
-                                  fence(consumer.name, unit, me, solo=True), now=now)
-            except FencedError:
-                continue  # a member owns it now
-            if result is not None:
-                results.append(result)
-                still.append(unit)
-            if max_batches is not None and len(results) >= max_batches:
-                break
-        active = still
+        try:
+            result = run_units(lake, consumer, topics, active, check, now=now)
+        except FencedError as exc:  # a member owns it now
+            active = [u for u in active if u.partition != exc.partition]
+            continue
+        if result is None:
+            break
+        results.append(result)
     return results
+
+
+def owners(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic], *, now: datetime,
+           timeout: timedelta = SESSION_TIMEOUT) -> dict[int, str]:
+    """Which live member owns each log partition of a group now (kafka-consumer-groups
+    --describe's CONSUMER-ID); partitions of no live member are left out."""
+    group = membership.load(lake, consumer.name)
+    live = set(group.live(now, timeout))
+    found = {}
+    for unit, checkpoint in units.load_units(lake, consumer, topics):
+        who = owner(checkpoint)
+        if unit.partition is not None and who.member in live and who.generation == group.generation:
+            found[unit.partition] = who.member
+    return found

@@ -5,7 +5,7 @@ the orders relay, its windowed aggregates (`shop_windows`) and joins (`shop_join
 captured OLTP database (`shop_cdc`), its shoppers' saved price alerts matched against the
 products' changes (`shop_search`), its event patterns — abandoned carts, search refinements
 (`shop_patterns`) — the change stream of its customers table (the topic
-``changes.tables.customers``) and the SQL models of the repository's ``dbt_like_views/``.
+``changes.tables.customers``), its orders enriched by a consumer group of two members and the SQL models of the repository's ``dbt_like_views/``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lakelog.demo import shop, shop_cdc, shop_search
-from lakelog.demo.shop_joins import JOINS
+from lakelog.demo.shop_joins import JOINS, ORDERS_ENRICHED
 from lakelog.demo.shop_patterns import PATTERNS
 from lakelog.demo.shop_windows import WINDOWS
 from lakelog.pipeline import Pipeline
@@ -33,5 +33,6 @@ pipeline = Pipeline(
     sources=[shop_cdc.SHOP],
     change_streams=["tables/customers"],
     subject_columns=["user_id", "customer_id"],
+    groups={ORDERS_ENRICHED.consumer.name: 2},
     models=MODELS_DIR,
 )

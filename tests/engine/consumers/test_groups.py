@@ -138,8 +138,8 @@ def test_a_member_whose_partition_moved_is_fenced_and_nothing_doubles(lake, spar
         return copy_and_total(batch)
 
     with pytest.raises(FencedError, match="partition 0 belongs to member b"):
-        groups.run_unit(lake, replace(consumer, transform=rebalanced_meanwhile), topics, unit,
-                        groups.fence("shared", unit, a), now=clock)
+        groups.run_units(lake, replace(consumer, transform=rebalanced_meanwhile), topics, [unit],
+                         groups.fence("shared", a), now=clock)
     assert checkpoints.load(lake, unit.checkpoint).plan is not None  # a did not commit
     # a stale member cannot claim the partition back
     assert not groups.claim(lake, unit, a, now=clock())
@@ -157,24 +157,30 @@ def test_a_killed_members_partitions_are_taken_over_exactly_once(lake, spark, to
     start = clock()
     units.seed(lake, consumer, topics, now=start)
     dead = groups.Owner("dead", membership.heartbeat(lake, "shared", "dead", now=start).generation)
-    for unit in units.units_of(consumer, topics):  # the member works a while ...
-        assert groups.claim(lake, unit, dead, now=start)
-        groups.run_unit(lake, consumer, topics, unit, groups.fence("shared", unit, dead),
-                        now=clock)
-    # ... and dies in a batch of partition 1 after writing its outputs, before committing its
-    # offsets; it never leaves the group
-    dying = CrashAfterCommit(spark, lake.root, TOTALS.path)
+    every = units.units_of(consumer, topics)
+    filled = tuple(p.partition for p in consumers.lag(lake, consumer, topics) if p.head)
+    assert len(filled) >= 2 and 1 in filled
+    assert all(groups.claim(lake, unit, dead, now=start) for unit in every)
+    first = groups.run_units(lake, consumer, topics, every, groups.fence("shared", dead),
+                             now=clock)  # the member works a batch of all its partitions ...
+    assert first.partitions == filled and first.records <= 4
+    # ... and dies in a batch of partition 1 after writing one of its two outputs, before
+    # committing its offsets; it never leaves the group
+    dying = CrashAfterCommit(spark, lake.root, COPY.path)
     dying.armed = True
     unit = units.Unit("shared", 1)
     with pytest.raises(RuntimeError, match="crash after committing"):
-        groups.run_unit(dying, consumer, topics, unit, groups.fence("shared", unit, dead),
-                        now=clock)
+        groups.run_units(dying, consumer, topics, [unit], groups.fence("shared", dead),
+                         now=clock)
     assert checkpoints.load(lake, unit.checkpoint).plan is not None
     # a survivor joins; once the dead member's session has timed out, it owns every partition
     later = start + membership.SESSION_TIMEOUT + timedelta(seconds=1)
     results = groups.run_member(lake, consumer, topics, member="survivor",
                                 now=lambda: later + (clock() - start))
-    assert any(r.resumed and r.partition == 1 for r in results)
+    # partition 1 (its copy written, its totals not) and the others (nothing written) finish in
+    # one batch, each output written once for each
+    assert results[0].resumed and results[0].partitions == filled
+    assert results[0].outputs_written == (COPY.path, TOTALS.path)
     assert outcome(lake) == expected(records)
 
 
@@ -233,9 +239,9 @@ def test_a_lost_race_for_a_keyed_output_is_retried_from_the_plan(lake, spark, to
             batch.lake.write(other, None, txns=[AppTxn("lakelog.group:shared", 99)])
         return copy_and_total(batch)
 
-    solo = groups.fence("shared", unit, groups.Owner(None, 0), solo=True)
-    result = groups.run_unit(lake, replace(consumer, transform=another_member_commits_first),
-                             topics, unit, solo, now=clock)
+    solo = groups.fence("shared", groups.Owner(None, 0), solo=True)
+    result = groups.run_units(lake, replace(consumer, transform=another_member_commits_first),
+                              topics, [unit], solo, now=clock)
     assert attempts == [0, 0] and result.resumed and result.outputs_skipped == (COPY.path,)
     copy = lake.read(lake.snapshot(COPY.path)).collect()
     assert len(copy) == len({r.offset for r in copy}) == result.records > 0
