@@ -6,7 +6,8 @@ Builds a lake of the demo shop's topics holding ``--events`` events (untimed) an
 Spark session, side by side:
 
 - ``microbatch_s``: the median of ``--repeats`` microbatches of 1,000 records, of the consumer
-  alone and of one partition of the same consumer declared as a group;
+  alone and of the same consumer declared as a group, run by one process (its partitions in one
+  batch: a plan and an offset commit per partition, the output written once);
 - ``drain``: ``--backlog`` records consumed from scratch by the consumer alone, and by 1 and 2
   members of the group (threads of this process on the one Spark session), in records/s.
 
@@ -19,15 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from datetime import datetime, timezone
 
 from pyspark.sql import types as T
+
+from bench_common import bench_lake
 
 from lakelog import consumers
 from lakelog.consumers import BatchInput, Consumer, Output
@@ -37,7 +38,6 @@ from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
 from lakelog.log import ingest
 from lakelog.log.offsets import partition_states
-from lakelog.spark.session import create_session
 
 TOPIC = shop.TOPICS["page_views"]
 IDS = T.StructType([T.StructField("event_id", T.StringType()),
@@ -65,7 +65,7 @@ def copier(name: str, max_records: int, members: int = 0) -> Consumer:
 
 def microbatches(lake: EmbeddedLake, consumer: Consumer, repeats: int) -> list[float]:
     topics = {TOPIC.name: TOPIC}
-    unit = units.units_of(consumer, topics)[0]
+    every = units.units_of(consumer, topics)
     check = None
     if consumer.members:
         units.seed(lake, consumer, topics, now=now())
@@ -73,7 +73,7 @@ def microbatches(lake: EmbeddedLake, consumer: Consumer, repeats: int) -> list[f
     seconds = []
     for _ in range(repeats + 1):  # the first warms up
         started = time.perf_counter()
-        result = consumers.run_batch(lake, consumer, topics, now=now(), units=[unit], fence=check)
+        result = consumers.run_batch(lake, consumer, topics, now=now(), units=every, fence=check)
         seconds.append(time.perf_counter() - started)
         assert result is not None and result.records == consumer.max_records_per_batch
     return seconds[1:]
@@ -109,11 +109,8 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=200_000,
                         help="records per drain: the consumers start at a log cut to this size")
     args = parser.parse_args()
-    spark = create_session(master="local[2]", app_name="bench-groups",
-                           conf={"spark.sql.shuffle.partitions": "2"})
-    root = tempfile.mkdtemp(prefix="bench-groups-")
-    try:
-        lake = EmbeddedLake(spark, root)
+    with bench_lake("bench-groups") as lake:
+        spark = lake.spark
         started = time.perf_counter()
         workload = Workload(args.events, seed=7, batches=args.batches)
         for k in range(args.batches):
@@ -127,11 +124,11 @@ def main() -> None:
         alone = microbatches(lake, copier("alone_mb", 1000), args.repeats)
         say("microbatches alone done")
         grouped = microbatches(lake, copier("group_mb", 1000, members=2), args.repeats)
-        say("microbatches of a group's partition done")
+        say("microbatches of the group done")
         result["microbatch_s"] = {
             "records": 1000, "alone_median": round(statistics.median(alone), 3),
-            "group_partition_median": round(statistics.median(grouped), 3),
-            "alone": [round(s, 3) for s in alone], "group_partition": [round(s, 3) for s in grouped],
+            "group_median": round(statistics.median(grouped), 3),
+            "alone": [round(s, 3) for s in alone], "group": [round(s, 3) for s in grouped],
         }
         # a backlog of --backlog records: offsets reset to that far behind the heads
         per_partition = args.backlog // TOPIC.partitions
@@ -144,9 +141,6 @@ def main() -> None:
             say(f"drain with {members or 'no'} members: {runs[-1]}")
         result["drain"] = runs
         print(json.dumps(result, indent=1))
-    finally:
-        spark.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def heads(lake: EmbeddedLake) -> dict[int, int]:
