@@ -83,6 +83,11 @@ def test_demo_then_lag_and_topics(demo_home):
     lag = json.loads(lakelog("lag", "--json", home=home).stdout)
     assert lag and all(row["lag"] == 0 for row in lag)
     assert {row["topic"] for row in lag} == {*shop.TOPICS, *shop_cdc.CHANGELOGS, "price_alerts"}
+    # the orders enrichment is a consumer group: each of its partitions says which live member
+    # owns it (none: the demo ran it as one process, and no member is live now)
+    enriched = [row for row in lag if row["consumer"] == "join.orders_enriched"]
+    assert len(enriched) == shop.TOPICS["orders"].partitions
+    assert all(row["member"] is None for row in enriched)
 
     topics = json.loads(lakelog("topics", "--json", home=home).stdout)
     assert {t["topic"] for t in topics} == {*shop.TOPICS, "cart_orders", *shop_cdc.CHANGELOGS,

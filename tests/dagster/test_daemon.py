@@ -24,15 +24,15 @@ from lakelog.demo import shop_cdc
 from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_joins import JOINS
 from lakelog.demo.shop_windows import WINDOWS
+from lakelog.demo.pipeline import pipeline
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
 
 DAEMON = Path(sys.executable).with_name("dagster-daemon")
-EVERY_CONSUMER = {
-    **CONSUMERS, **shop_cdc.CONSUMERS,
-    **{j.consumer.name: j.consumer for j in JOINS.values()},
-    **{w.consumer.name: w.consumer for w in WINDOWS.values()},
-}
+#: As the pipeline declares them (its consumer group included).
+EVERY_CONSUMER = {name: pipeline.consumer(name) for name in (
+    *CONSUMERS, *shop_cdc.CONSUMERS, *(j.consumer.name for j in JOINS.values()),
+    *(w.consumer.name for w in WINDOWS.values()))}
 EVERY_TOPIC = {**TOPICS, **shop_cdc.CHANGELOGS}
 #: Derived tables the workload must fill. Late-record and rejection tables may stay empty, and
 #: ten minutes of events close no session (user_sessions) and no one-hour join window (search_ctr).

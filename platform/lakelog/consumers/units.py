@@ -62,16 +62,26 @@ def units_of(consumer: Consumer, topics: Mapping[str, Topic]) -> list[Unit]:
     """A group's units, one per log partition index of its topics; else the consumer whole."""
     if not consumer.members:
         return [Unit(consumer.name)]
+    return _partition_units(consumer, topics)
+
+
+def _partition_units(consumer: Consumer, topics: Mapping[str, Topic]) -> list[Unit]:
     count = max((topics[t].partitions for t in consumer.topics if t in topics), default=0)
     return [Unit(consumer.name, k) for k in range(count)]
 
 
 def load_units(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic]) -> list[Loaded]:
     """Each unit with its checkpoint; a group that never ran as one reads as the consumer alone
-    (the offsets it had alone, if any: what `seed` gives its units)."""
+    (the offsets it had alone, if any: what `seed` gives its units), and a consumer that ran as
+    a group reads as its group, however it is declared now (its offsets are there)."""
     if consumer.members and _seeded(lake, consumer.name):
         return [(u, checkpoints.load(lake, u.checkpoint)) for u in units_of(consumer, topics)]
-    return [(Unit(consumer.name), checkpoints.load(lake, consumer.name))]
+    alone = checkpoints.load(lake, consumer.name)
+    handed = alone.state.get(HANDED_OVER) or alone.snapshot is None
+    if not consumer.members and handed and _seeded(lake, consumer.name):
+        return [(u, checkpoints.load(lake, u.checkpoint))
+                for u in _partition_units(consumer, topics)]
+    return [(Unit(consumer.name), alone)]
 
 
 def merged(consumer: str, loaded: list[Loaded]) -> Checkpoint:

@@ -141,6 +141,7 @@ def test_a_member_whose_partition_moved_is_fenced_and_nothing_doubles(lake, spar
         groups.run_units(lake, replace(consumer, transform=rebalanced_meanwhile), topics, [unit],
                          groups.fence("shared", a), now=clock)
     assert checkpoints.load(lake, unit.checkpoint).plan is not None  # a did not commit
+    assert groups.owners(lake, consumer, topics, now=clock()) == {0: "b"}  # lakelog lag's MEMBER
     # a stale member cannot claim the partition back
     assert not groups.claim(lake, unit, a, now=clock())
     # b finishes a's batch from its plan, and then the rest as the group's only member
@@ -197,6 +198,7 @@ def test_a_consumer_becomes_a_group_with_its_offsets(lake, spark, topic, now):
     assert outcome(lake) == expected(records)
     with pytest.raises(ConfigError, match="ran as a group"):  # declared alone again
         consumers.run_batch(lake, alone, topics, now=clock())
+    assert sum(p.lag for p in consumers.lag(lake, alone, topics)) == 0  # its group's offsets
 
 
 def test_group_offsets_reset_and_rebuild_per_partition(lake, spark, topic, now):
