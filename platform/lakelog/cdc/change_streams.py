@@ -178,12 +178,17 @@ def _change_events(lake: Lake, stream: ChangeStream, first: int, last: int) -> D
             "vacuum retention longer than the time between publications") from exc
     keys = list(stream.table.keys)
 
-    def side(change: str, name: str) -> DataFrame:
-        return feed.where(F.col("_change_type") == change).select(
-            *keys, F.col("_commit_version").alias("_version"),
-            F.col("_commit_timestamp").alias(f"_{name}_time"), _row(stream).alias(name))
+    def side(change: str, value: Column) -> Column:
+        """The delete's (before) or insert's (after) part of a key's change in a version: at
+        most one of each, so one pass over the feed pairs them (no join reading it twice)."""
+        return F.first(F.when(F.col("_change_type") == change, value), ignorenulls=True)
 
-    paired = side("delete", "before").join(side("insert", "after"), [*keys, "_version"], "full")
+    paired = feed.groupBy(*keys, F.col("_commit_version").alias("_version")).agg(
+        side("delete", _row(stream)).alias("before"),
+        side("insert", _row(stream)).alias("after"),
+        side("delete", F.col("_commit_timestamp")).alias("_before_time"),
+        side("insert", F.col("_commit_timestamp")).alias("_after_time"),
+    )
     same = F.to_json(F.col("before")) == F.to_json(F.col("after"))
     op = (F.when(F.col("before").isNull(), "c").when(F.col("after").isNull(), "d")
           .otherwise("u"))

@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from lakelog.errors import ChangesUnavailableError
 
@@ -111,15 +111,11 @@ def read_changes(
         .withColumn("_file", F.col("_metadata.file_name"))
         .join(F.broadcast(index), "_file")
     )
-    keep = [*columns, "_commit_version", "_commit_timestamp"]
-    inserts = rows.where("_change_type = 'insert'").select(*keep)
-    deletes = rows.where("_change_type = 'delete'").select(*keep)
+    rows = rows.select(*columns, *CHANGE_COLUMNS)
     rewritten = {c.version for c in changes if c.change == "delete"} & {
         c.version for c in changes if c.change == "insert"
     }
-    if rewritten:
-        inserts, deletes = _cancel(inserts, deletes, columns), _cancel(deletes, inserts, columns)
-    return _labelled(inserts, deletes, columns)
+    return _cancelled(rows, columns) if rewritten else rows
 
 
 def net_changes(
@@ -140,28 +136,39 @@ def net_changes(
             F.lit(timestamp).cast("timestamp").alias("_commit_timestamp"),
         )
 
-    new = labelled(after)
+    new = labelled(after).withColumn("_change_type", F.lit("insert"))
     if before is None:
-        return _labelled(new, new.limit(0), columns)
-    old = labelled(before)
-    return _labelled(_cancel(new, old, columns), _cancel(old, new, columns), columns)
+        return new.select(*columns, *CHANGE_COLUMNS)
+    old = labelled(before).withColumn("_change_type", F.lit("delete"))
+    return _cancelled(new.unionByName(old).select(*columns, *CHANGE_COLUMNS), columns)
 
 
-def _labelled(inserts: DataFrame, deletes: DataFrame, columns: list[str]) -> DataFrame:
-    return (
-        inserts.withColumn("_change_type", F.lit("insert"))
-        .unionByName(deletes.withColumn("_change_type", F.lit("delete")))
-        .select(*columns, *CHANGE_COLUMNS)
+def _cancelled(rows: DataFrame, columns: list[str]) -> DataFrame:
+    """`rows` (inserts and deletes, by `_change_type`) without the pairs of an insert and a
+    delete of the same row in one version: the multiset difference both ways, in one pass over
+    the rows grouped by their exact value (a map column, which Spark cannot group by, by its
+    JSON)."""
+    maps = any(_has_map(f.dataType) for f in rows.select(*columns).schema.fields)
+    value = F.to_json(F.struct(*columns)) if maps else F.struct(*columns)
+    group = ["_commit_version", "_row"]
+    is_insert = F.col("_change_type") == "insert"
+    side = Window.partitionBy(*group, "_change_type").orderBy(F.lit(1))
+    whole = Window.partitionBy(*group)
+    numbered = (
+        rows.withColumn("_row", value)
+        .withColumn("_n", F.row_number().over(side))
+        .withColumn("_inserts", F.sum(is_insert.cast("int")).over(whole))
+        .withColumn("_deletes", F.sum((~is_insert).cast("int")).over(whole))
     )
+    others = F.when(is_insert, F.col("_deletes")).otherwise(F.col("_inserts"))
+    return numbered.where(F.col("_n") > others).select(*columns, *CHANGE_COLUMNS)
 
 
-def _cancel(rows: DataFrame, others: DataFrame, columns: list[str]) -> DataFrame:
-    """`rows` minus `others` as multisets within each version (works with map columns too)."""
-
-    def numbered(df: DataFrame) -> DataFrame:
-        fingerprint = F.sha2(F.to_json(F.struct(*columns)), 256)
-        window = Window.partitionBy("_commit_version", "_row").orderBy(F.lit(1))
-        return df.withColumn("_row", fingerprint).withColumn("_n", F.row_number().over(window))
-
-    keys = ["_commit_version", "_row", "_n"]
-    return numbered(rows).join(numbered(others).select(*keys), keys, "left_anti").drop("_row", "_n")
+def _has_map(data_type: DataType) -> bool:
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, StructType):
+        return any(_has_map(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _has_map(data_type.elementType)
+    return False
