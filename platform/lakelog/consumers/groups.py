@@ -11,11 +11,12 @@ commits against, so a member whose partition moved to a newer generation has its
 (`FencedError`, nothing of its batch committed), and the new owner finishes a batch left in
 progress from its write-ahead plan, as any retry does.
 
-`run_member` is one member's life: join, then rounds of one batch per owned partition —
-heartbeating and re-reading the assignment between rounds, so joins, leaves and dead members
-rebalance the partitions — until a round finds nothing new, then leave. `run_group` runs a
-group's partitions from one process when no member is live (a consumer run by hand, or by a
-Dagster step); with live members it joins them as a member.
+`run_member` is one member's life: join, then rounds of one batch over the partitions it owns
+(`lakelog.consumers.batch.run_batch` runs them as one microbatch) — heartbeating and re-reading
+the assignment between rounds, so joins, leaves and dead members rebalance the partitions —
+until a round finds nothing new, then leave. `run_group` runs all of a group's partitions from
+one process when no member is live (a consumer run by hand, or by a Dagster step); with live
+members it joins them as a member.
 """
 
 from __future__ import annotations
