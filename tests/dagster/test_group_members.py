@@ -38,8 +38,8 @@ def test_member_runs_share_the_partitions_and_consume_each_record_once(shop_lake
     results: dict[str, dg.ExecuteInProcessResult] = {}
 
     def member(key: str) -> None:  # two runs at once (each its own instance: sqlite in memory)
-        results[key] = job.execute_in_process(partition_key=key,
-                                              instance=dg.DagsterInstance.ephemeral())
+        with dg.DagsterInstance.ephemeral() as instance:
+            results[key] = job.execute_in_process(partition_key=key, instance=instance)
 
     threads = [threading.Thread(target=member, args=(k,)) for k in ("member-0", "member-1")]
     for t in threads:
