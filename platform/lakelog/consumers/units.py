@@ -150,7 +150,11 @@ def seed(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic], *, now: da
             "was a group; finish it with the consumer declared without members first"
         )
     if alone.snapshot is not None and not alone.state.get(HANDED_OVER):
-        checkpoints.save_state(lake, alone, {**alone.state, HANDED_OVER: True}, now=now)
+        try:
+            checkpoints.save_state(lake, alone, {**alone.state, HANDED_OVER: True}, now=now)
+        except ConcurrentWriteError:  # a racing seed marked it first; else a batch ran: refuse
+            if not checkpoints.load(lake, consumer.name).state.get(HANDED_OVER):
+                raise
     for unit in reversed(units_of(consumer, topics)):
         checkpoint = checkpoints.load(lake, unit.checkpoint)
         if checkpoint.snapshot is not None:
