@@ -33,11 +33,11 @@ from bench_common import bench_lake
 from lakelog import consumers
 from lakelog.consumers import BatchInput, Consumer, Output
 from lakelog.consumers import groups, units
+from lakelog.consumers.backlog import positions
 from lakelog.demo import shop
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
 from lakelog.log import ingest
-from lakelog.log.offsets import partition_states
 
 TOPIC = shop.TOPICS["page_views"]
 IDS = T.StructType([T.StructField("event_id", T.StringType()),
@@ -132,7 +132,8 @@ def main() -> None:
         }
         # a backlog of --backlog records: offsets reset to that far behind the heads
         per_partition = args.backlog // TOPIC.partitions
-        start = {(TOPIC.name, p): max(h - per_partition, 0) for p, h in heads(lake).items()}
+        start = {tp: max(head - per_partition, 0)
+                 for tp, (_, head) in positions(lake, {TOPIC.name: TOPIC}).items()}
         runs = []
         for members in (0, 1, 2):
             consumer = copier(f"drain_{members}", 50_000, members=members)
@@ -141,11 +142,6 @@ def main() -> None:
             say(f"drain with {members or 'no'} members: {runs[-1]}")
         result["drain"] = runs
         print(json.dumps(result, indent=1))
-
-
-def heads(lake: EmbeddedLake) -> dict[int, int]:
-    states = partition_states(lake.snapshot(TOPIC.path), TOPIC.partitions)
-    return {p: s.head for p, s in states.items()}
 
 
 def seed_offsets(lake: EmbeddedLake, consumer: Consumer, offsets: dict) -> None:

@@ -148,10 +148,8 @@ class Pipeline:
             object.__setattr__(self, "groups", {})
             return [f"groups must map consumer names to member counts, not {wrong}"]
         object.__setattr__(self, "groups", dict(self.groups))
-        problems = [f"group {name!r}: members must be a whole number >= 1, not {n!r}"
-                    for name, n in self.groups.items()
-                    if not isinstance(n, int) or isinstance(n, bool) or n < 1]
-        return problems
+        return [f"group {name!r}: members must be a whole number >= 1, not {n!r}"
+                for name, n in self.groups.items() if not _member_count(n)]
 
     def _grouped(self, consumers: list[Consumer]) -> tuple[list[Consumer], list[str]]:
         """`consumers` with the declared `groups` applied, and what is wrong with them."""
@@ -162,7 +160,7 @@ class Pipeline:
         found = []
         for consumer in consumers:
             members = self.groups.get(consumer.name)
-            if not isinstance(members, int) or isinstance(members, bool) or members < 1:
+            if not _member_count(members):  # not grouped, or reported by _group_problems
                 found.append(consumer)
                 continue
             if consumer.name in deciders:
@@ -302,6 +300,10 @@ def _as_tuple(items: Any) -> tuple:
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         return (items,)  # a wrong kind is reported by the caller
     return tuple(items)
+
+
+def _member_count(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1
 
 
 def _kind(item: Any) -> str:

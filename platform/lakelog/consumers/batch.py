@@ -215,13 +215,12 @@ def _process(
         log = topic_snapshot(lake, topic_map[name])
         records[name] = read_offsets(lake, log, mine)
         stats[name] = range_stats(log, mine)
-    first = group[0].checkpoint
-    alone = len(group) == 1
     planned_at = max(p.checkpoint.updated_at or now for p in group)  # a retry: the same time
     batch = BatchInput(
         lake, max(p.plan.batch for p in group), records, snapshots, now=planned_at,
-        state=first.state if alone else {}, stats=stats,
+        state=group[0].checkpoint.state if len(group) == 1 else {}, stats=stats,
     )
+    count = sum(p.plan.records for p in group)
     try:
         if consumer.advance:  # a consumer alone: a group's partitions keep no state
             group[0].state = consumer.advance(batch)
@@ -229,12 +228,10 @@ def _process(
         if pending:
             produced = consumer.transform(batch)
             txns = [p.txn for p in group]
-            metadata = {"lakelog.batch": {"batch": batch.batch,
-                                          "records": sum(p.plan.records for p in group)}}
+            metadata = {"lakelog.batch": {"batch": batch.batch, "records": count}}
             for output in pending:  # step 3
                 _write_output(lake, snapshots[output.path], output, produced[output.path],
-                              _txns(consumer, output, txns), metadata,
-                              records=sum(p.plan.records for p in group))
+                              _txns(consumer, output, txns), metadata, records=count)
     finally:
         batch.release()
 

@@ -98,9 +98,9 @@ def heartbeat(
             if fresh and len(alive) == len(found.members):
                 return found
             alive[member] = now
-        if set(alive) == set(found.members) and leave:
-            return found
         changed = set(alive) != set(found.members)
+        if leave and not changed:  # not a member (any more), and nobody died
+            return found
         version = found.snapshot.version + 1 if found.snapshot is not None else 1
         generation = version if changed else found.generation
         joined = {m: found.joined.get(m, now) for m in alive}
