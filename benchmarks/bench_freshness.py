@@ -45,6 +45,7 @@ from deltalake import DeltaTable
 from lakelog.cdc import checkpoint as capture_checkpoint
 from lakelog.consumers import checkpoints
 from lakelog.consumers import lag
+from lakelog.consumers.units import Unit, units_of
 from lakelog.demo import shop_cdc
 from lakelog.sourcing import decided_through, published_through
 from lakelog.demo.pipeline import pipeline as shop_pipeline
@@ -312,34 +313,48 @@ class Freshness:
 
     def consumers(self, found_heads: dict[str, list[dict[int, int] | None]]) -> dict[str, list]:
         """A consumer reflects set k at its first checkpoint commit with offsets at or past the
-        heads of its topics' set-k versions; each output at its commit carrying that batch's
-        application transaction. Returns the batch per consumer and set."""
+        heads of its topics' set-k versions (a group: each partition's checkpoint, for its own
+        partitions); each output at its first commit carrying every unit's transaction of those
+        batches. Returns the batch per consumer and set ({unit app id: batch}, or None)."""
         batches = {}
         for name, consumer in EVERY_CONSUMER.items():
-            committed = []  # (batch, offsets) of each commit of the checkpoint (not of plans)
-            path = self.lake / checkpoints.checkpoint_path(name)
-            for c in commits(path):
-                rows = [r for a in c["adds"]
-                        for r in pq.read_table(path / unquote(a["path"])).to_pylist()]
-                if rows and rows[0]["planned_batch"] is None:
-                    offsets = {(r["topic"], r["partition"]): r["committed"] for r in rows}
-                    committed.append((rows[0]["batch"], offsets))
+            per_unit = {u: self._committed(u) for u in units_of(consumer, EVERY_TOPIC)}
             batches[name] = []
             for k in self.sets:
                 want = [(t, found_heads[t][k]) for t in consumer.topics]
-                batches[name].append(None if any(h is None for _, h in want) else next(
-                    (b for b, offsets in committed if all(offsets.get((t, p), 0) >= n
-                                                          for t, h in want for p, n in h.items())),
-                    None))
+                if any(h is None for _, h in want):
+                    batches[name].append(None)
+                    continue
+                found = {}
+                for unit, committed in per_unit.items():
+                    found[unit.app_id] = next(
+                        (b for b, offsets in committed
+                         if all(offsets.get((t, p), 0) >= n for t, h in want
+                                for p, n in h.items() if unit.owns((t, p)))), None)
+                batches[name].append(None if None in found.values() else found)
             paths = [EVERY_TOPIC[t].path for t in consumer.topics]
             for output in consumer.outputs:
                 if not output.path.startswith("_state/"):  # the consumer's own state
                     log = commits(self.lake / output.path)
                     self.hits[output.path] = [b is not None and first(
-                        log, lambda c: c["txns"].get(consumer.app_id, -1) >= b) or None
+                        log, lambda c, b=b: all(c["txns"].get(app, -1) >= n
+                                                for app, n in b.items())) or None
                         for b in batches[name]]
                     self.derive(output.path, paths)
         return batches
+
+    def _committed(self, unit: Unit) -> list[tuple[int, dict]]:
+        """(batch, offsets) of each commit of a unit's checkpoint (not of plans)."""
+        committed = []
+        path = self.lake / checkpoints.checkpoint_path(unit.checkpoint)
+        for c in commits(path):
+            rows = [r for a in c["adds"]
+                    for r in pq.read_table(path / unquote(a["path"])).to_pylist()]
+            rows = [r for r in rows if r["topic"] is not None]  # not a state-only row
+            if rows and rows[0]["planned_batch"] is None:
+                committed.append((rows[0]["batch"], {(r["topic"], r["partition"]): r["committed"]
+                                                     for r in rows}))
+        return committed
 
     def relay(self, cart_batches: list[int | None]) -> None:
         """log/cart_orders reflects set k once the relay published the last cart batch that
@@ -350,6 +365,7 @@ class Freshness:
         log, app = commits(self.lake / path), f"lakelog.outbox:{CARTS.consumer.name}"
         self.hits[path] = []
         for k, b in enumerate(cart_batches):
+            b = None if b is None else max(b.values())  # the carts' consumer runs alone
             need = max((x for x in decided if b is not None and x <= b), default=None)
             self.hits[path].append(self.hits[outbox][k] if need is None else
                                    first(log, lambda c: c["txns"].get(app, -1) >= need))
