@@ -276,14 +276,17 @@ def _write_output(
             rows = clustered(rows, output.keys, output.rows_per_file,
                              changes.rows_hint or records)
         lake.write(snapshot, rows, txns=txns, metadata=metadata,
-                   max_records_per_file=output.rows_per_file)
+                   max_records_per_file=output.rows_per_file,
+                   rows_hint=changes.rows_hint or records)
     elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
             rows_per_file=output.rows_per_file, deletes=changes.deletes,
-            candidates=changes.files, rows_hint=changes.rows_hint, txns=txns, metadata=metadata,
+            candidates=changes.files, rows_hint=changes.rows_hint or records, txns=txns,
+            metadata=metadata,
         )
     elif changes.deletes is not None:
         raise ConfigError(f"output {output.path} has no keys, so nothing can be deleted from it")
     else:
-        lake.write(snapshot, changes.rows, txns=txns, metadata=metadata)
+        lake.write(snapshot, changes.rows, txns=txns, metadata=metadata,
+                   rows_hint=changes.rows_hint or records)

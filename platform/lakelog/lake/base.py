@@ -160,11 +160,14 @@ class Lake(Protocol):
         txns: Sequence[AppTxn] = (),
         metadata: CommitMetadata | None = None,
         max_records_per_file: int | None = None,
+        rows_hint: int | None = None,
     ) -> int:
         """Write `df` as Parquet files and commit them, with `remove`, as one transaction.
 
         Returns the committed version. `df=None` commits only the removes and app transactions.
         `max_records_per_file` cuts each task's output into files of at most that many rows.
+        `rows_hint`, about how many rows `df` has when the caller knows (a microbatch's), lets
+        an engine write few rows without a write job of their own.
         """
 
     def read_arrow(self, snapshot: Snapshot) -> pa.Table:

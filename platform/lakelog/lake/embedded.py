@@ -37,7 +37,9 @@ from lakelog.errors import (
 )
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
 from lakelog.lake.changes import commit_timestamp, log_actions, net_changes, read_changes
+from lakelog.lake import driver_write
 from lakelog.lake.delta_snapshot import DeltaSnapshot
+from lakelog.lake.driver_write import is_small_write
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch, widen
 from lakelog.lake.stats import partition_values, stats_json
@@ -191,9 +193,11 @@ class EmbeddedLake:
         txns: Sequence[AppTxn] = (),
         metadata: CommitMetadata | None = None,
         max_records_per_file: int | None = None,
+        rows_hint: int | None = None,
     ) -> int:
         removed = list(snapshot.files()) if mode == "overwrite" else list(remove)
-        adds = [] if df is None else self._write_files(snapshot, df, max_records_per_file)
+        adds = [] if df is None else self._write_files(snapshot, df, max_records_per_file,
+                                                        rows_hint)
         if callable(metadata):
             metadata = metadata(sum(json.loads(a.stats)["numRecords"] for a in adds))
         return self._commit(snapshot, adds, removed, txns, metadata)
@@ -296,17 +300,36 @@ class EmbeddedLake:
         self._fs.move(temp, self._fs_path(path))
 
     def _write_files(
-        self, snapshot: DeltaSnapshot, df: DataFrame, max_records_per_file: int | None = None
+        self,
+        snapshot: DeltaSnapshot,
+        df: DataFrame,
+        max_records_per_file: int | None = None,
+        rows_hint: int | None = None,
     ) -> list[AddAction]:
-        """Write `df` with Spark into staging, move the files into the table, describe them."""
+        """Write `df`'s files into the table (not yet committed) and describe them: few rows
+        (`rows_hint`) collected and written here (`lakelog.lake.driver_write`), else by Spark
+        into staging and moved into the table."""
         expected = snapshot.schema
         df, actual = widen(df, expected)
         problem = describe_mismatch(expected=expected, actual=actual)
         if problem:
             raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
+        df = df.select(*expected.fieldNames())
+        table_root = self._fs_path(snapshot.path)
+        if is_small_write(rows_hint):
+            groups = driver_write.collect(df, snapshot.partition_columns)
+            if groups is not None:
+                written: list[str] = []
+                try:
+                    written = driver_write.write_files(self._fs, table_root, groups,
+                                                       max_records_per_file)
+                    return [self._described(snapshot, relative) for relative in written]
+                except BaseException:
+                    self._delete_files(snapshot.path, written)
+                    raise
         staging = f"{snapshot.path}/{STAGING}/{uuid.uuid4().hex}"
         # "error" (= errorifexists): the one spelling Spark Connect accepts too.
-        writer = df.select(*expected.fieldNames()).write.mode("error")
+        writer = df.write.mode("error")
         if max_records_per_file:
             writer = writer.option("maxRecordsPerFile", max_records_per_file)
         if snapshot.partition_columns:
@@ -322,23 +345,14 @@ class EmbeddedLake:
                     continue
                 if name.startswith((".", "_")):
                     continue
-                target = self._fs_path(f"{snapshot.path}/{relative}")
+                target = f"{table_root}/{relative}"
                 self._fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 self._fs.move(info.path, target)
-                meta = pq.read_metadata(target, filesystem=self._fs)
-                if meta.num_rows == 0:
+                add = self._described(snapshot, relative)
+                if add is None:  # Spark writes an empty file for an empty DataFrame
                     self._fs.delete_file(target)
                     continue
-                adds.append(
-                    AddAction(
-                        path=relative,
-                        size=info.size,
-                        partition_values=partition_values(relative),
-                        modification_time=int(time.time() * 1000),
-                        data_change=True,
-                        stats=stats_json(meta),
-                    )
-                )
+                adds.append(add)
         except BaseException:
             self._delete_files(snapshot.path, [a.path for a in adds])
             raise
@@ -349,6 +363,21 @@ class EmbeddedLake:
             except FileNotFoundError:
                 pass
         return adds
+
+    def _described(self, snapshot: DeltaSnapshot, relative: str) -> AddAction | None:
+        """The add action of the table's file `relative`, from its footer; None: no rows."""
+        target = self._fs_path(f"{snapshot.path}/{relative}")
+        meta = pq.read_metadata(target, filesystem=self._fs)
+        if meta.num_rows == 0:
+            return None
+        return AddAction(
+            path=relative,
+            size=self._fs.get_file_info(target).size,
+            partition_values=partition_values(relative),
+            modification_time=int(time.time() * 1000),
+            data_change=True,
+            stats=stats_json(meta),
+        )
 
     def _delete_files(self, path: str, relative_paths: Sequence[str]) -> None:
         for relative in relative_paths:

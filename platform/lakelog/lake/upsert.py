@@ -128,13 +128,14 @@ def _merge(
         ).drop("_stored")
     kept = existing.join(winners.select(*keys), list(keys), "left_anti")
     merged = kept.unionByName(winners)
+    estimate = sum(f.num_records for f in candidates) + (rows or 0)
     if rows_per_file:
-        estimate = sum(f.num_records for f in candidates) + (rows or 0)
         merged = clustered(merged, keys, rows_per_file, estimate)
     elif small:
         merged = merged.coalesce(1)  # it stays one file, which the next upsert reads whole
     return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata,
-                      max_records_per_file=rows_per_file)
+                      max_records_per_file=rows_per_file,
+                      rows_hint=None if rows is None else estimate)
 
 
 def rewrite(
@@ -156,4 +157,4 @@ def rewrite(
         estimate = sum(f.num_records for f in files) if rows_hint is None else rows_hint
         rows = clustered(rows, keys, rows_per_file, estimate)
     return lake.write(snapshot, rows, remove=files, txns=txns, metadata=metadata,
-                      max_records_per_file=rows_per_file)
+                      max_records_per_file=rows_per_file, rows_hint=rows_hint)

@@ -191,7 +191,7 @@ def _append_lines(
         dl_snapshot = lake.snapshot(dead_letters.PATH)
         if not any(already_committed(dl_snapshot, t) for t in txns):
             dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
-            lake.write(dl_snapshot, dead if bad else None, txns=txns)
+            lake.write(dl_snapshot, dead if bad else None, txns=txns, rows_hint=bad)
         good = to_envelope(_with_headers(parsed.where(F.col("error").isNull())), topic,
                            keep=ORDER)
         counts: dict[str, int] = {}
@@ -209,7 +209,7 @@ def _append_lines(
 
             return new, metadata
 
-        done = append(lake, topic, prepare, order_by=ORDER, txns=txns)
+        done = append(lake, topic, prepare, order_by=ORDER, txns=txns, rows_hint=read - bad)
     finally:
         flat.unpersist()
     if done is None:

@@ -141,12 +141,14 @@ def append(
     order_by: Sequence[str],
     txns: Sequence[AppTxn] = (),
     attempts: int = 12,
+    rows_hint: int | None = None,
 ) -> tuple[AppendResult, CommitMetadata] | None:
     """Append envelope-shaped records (no partition/offset yet) as one Delta commit.
 
     `prepare(snapshot)` returns the records and the commit metadata given the log as it is now
     (an ingest drops records already in that snapshot); after a lost race it is called again on
     the new snapshot. Returns None if one of `txns` was already committed (the work was done).
+    `rows_hint` is about how many records there are, when known (`Lake.write`).
     """
     ensure_topic_table(lake, topic)
     for attempt in range(attempts):
@@ -160,7 +162,8 @@ def append(
         ).select(*topic.table_schema.fieldNames())
         guard = AppTxn(APPEND_GUARD, snapshot.version + 1)
         try:
-            version = lake.write(snapshot, assigned, txns=[guard, *txns], metadata=metadata)
+            version = lake.write(snapshot, assigned, txns=[guard, *txns], metadata=metadata,
+                                rows_hint=rows_hint)
         except ConcurrentWriteError:
             if attempt == attempts - 1:
                 raise

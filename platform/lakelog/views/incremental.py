@@ -147,10 +147,13 @@ def replace(
     *,
     txns: Sequence[AppTxn],
     metadata: Mapping[str, object],
+    rows_hint: int | None = None,
 ) -> int:
-    """One commit: the candidate files rewritten without the rows of `units`, plus `rows`."""
+    """One commit: the candidate files rewritten without the rows of `units`, plus `rows`
+    (`rows_hint`: how many rows that makes at most, when known)."""
     existing = lake.read(snapshot, files=candidates)
     kept = existing.join(units, matching(existing, units, columns), "left_anti")
     return lake.write(
-        snapshot, kept.unionByName(rows), remove=candidates, txns=txns, metadata=metadata
+        snapshot, kept.unionByName(rows), remove=candidates, txns=txns, metadata=metadata,
+        rows_hint=rows_hint,
     )

@@ -19,7 +19,7 @@ refresh. Two runs planned on the same table version conflict: one fails without 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -107,7 +107,7 @@ def run_model(
             return evaluate(spark, graph, name, read)  # analysed, not executed
 
         if not model.stored:
-            everything().createOrReplaceTempView(model.name)
+            _register_view(lake, spark, model, pinned, everything)
             return ModelRun(name, "view", "a view is recomputed on every read", versions)
         if full_refresh:
             return _full(lake, model, everything(), pinned, "full refresh requested")
@@ -140,6 +140,27 @@ def run_model(
             return _hours(lake, spark, graph, model, output, pinned,
                           found | {utc(h) for h in hours})
         return _keys(lake, spark, graph, model, output, read, pinned, everything(), changes)
+
+
+#: Per session, what each temporary view was last registered as: its SQL and the exact input
+#: snapshots it reads. The same again needs no new registration, which would have Spark
+#: analyse the same plan again (tens of milliseconds of a pipeline step that has nothing new).
+_VIEWS: dict[int, tuple[SparkSession, dict[str, tuple]]] = {}
+
+
+def _register_view(
+    lake: Lake,
+    spark: SparkSession,
+    model: Model,
+    pinned: Mapping[str, Snapshot],
+    everything: Callable[[], DataFrame],
+) -> None:
+    definition = (model.template, model.inlined, tuple(sorted(
+        (lake.uri(p), s.table_id, s.version) for p, s in pinned.items())))
+    _, views = _VIEWS.setdefault(id(spark), (spark, {}))
+    if views.get(model.name) != definition or not spark.catalog.tableExists(model.name):
+        everything().createOrReplaceTempView(model.name)
+        views[model.name] = definition
 
 
 def _metadata(model: Model, mode: Mode, versions: Mapping[str, int], touched: int | None):
@@ -239,6 +260,8 @@ def _keys(
             lake, output, recomputed, units, keys, candidates,
             txns=state_txns(model, output, pinned),
             metadata=_metadata(model, "incremental", versions, touched),
+            # a row per unique key: the candidates' rows and one per touched key at most
+            rows_hint=sum(f.num_records for f in candidates) + touched,
         )
     finally:
         units.unpersist()

@@ -209,6 +209,9 @@ def test_views_tables_and_their_errors(lake, spark, tmp_path):
     assert named.mode == "view" and named.version is None
     assert not lake.exists("views/named")
     assert {r.label for r in spark.table("named").collect()} == {"P1"}  # a temporary view
+    spark.catalog.dropTempView("named")  # gone from the session: registered again
+    run_model(lake, spark, graph, "named")
+    assert {r.label for r in spark.table("named").collect()} == {"P1"}
     labels = run_model(lake, spark, graph, "labels")
     assert labels.mode == "full" and labels.inputs == {"log/page_views": 1}
     written = model_rows(lake, spark, graph.models["labels"], labels)
@@ -225,6 +228,8 @@ def test_views_tables_and_their_errors(lake, spark, tmp_path):
 
     run_model(lake, spark, graph, "shifted")
     append(lake, spark, "page_views", [view("u4", "p2", 2)])
+    run_model(lake, spark, graph, "named")  # a new input version: the view reads it
+    assert {r.label for r in spark.table("named").collect()} == {"P1", "P2"}
     with pytest.raises(ModelRunError, match="partition_by='hour' but the recomputed hours"):
         run_model(lake, spark, graph, "shifted")
 
