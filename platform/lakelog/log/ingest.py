@@ -4,8 +4,8 @@ Landing-zone ingestion is exactly-once per file, in the same steps as a consumer
 
 1. **plan** — list new landing files and commit them to the manifest as the next batch
    (a pending plan is a retry and is reused unchanged);
-2. **dead letters** — commit the batch's bad records to ``log/_dead_letters`` with the
-   application transaction ``(lakelog.ingest:<topic>, batch)``, skipped if already there;
+2. **dead letters** — commit the batch's bad records, if any, to ``log/_dead_letters`` with
+   the application transaction ``(lakelog.ingest:<topic>, batch)``, skipped if already there;
 3. **append** — commit the good, new records to the topic with the same transaction, also
    skipped if already there; the commit metadata holds the batch's counts;
 4. **done** — mark the files ingested in the manifest.
@@ -77,21 +77,20 @@ LINE_COLUMNS = (*ORDER, "value")
 LINES_SCHEMA = T.StructType([T.StructField("_src_file", T.StringType()),
                              T.StructField("_src_line", T.LongType()),
                              T.StructField("value", T.StringType())])
-SOURCES_SCHEMA = T.StructType([T.StructField("_path", T.StringType()),
-                               T.StructField("_src_file", T.StringType())])
 STAMP_SCHEMA = T.StructType([T.StructField(INGEST_TIME, T.TimestampType())])
 
 
 def read_landing_lines(spark: SparkSession, lake: Lake, files: Sequence[str]) -> DataFrame:
     """Every line of `files` (lake-relative paths) with its file and 1-based line number."""
-    paths = [lake.spark_path(f) for f in files]
-    sources = spark.createDataFrame(list(zip(paths, files)), SOURCES_SCHEMA)
-    whole = spark.read.text(paths, wholetext=True)
-    lines = (
-        whole.withColumn("_path", _decoded_path(F.col("_metadata.file_path")))
-        .join(F.broadcast(sources), "_path")
-        .select("_src_file", F.posexplode(F.split("value", "\n")).alias("_pos", "value"))
-    )
+    whole = spark.read.text([lake.spark_path(f) for f in files], wholetext=True)
+    # The lake-relative path from the file's own: the lake's root is a constant of the plan
+    # (not a join with the batch's file list, which cost a broadcast job per batch).
+    root = lake.spark_path("")
+    path = _decoded_path(F.col("_metadata.file_path"))
+    relative = F.when(path.startswith(root), F.substring(path, len(root) + 1, 1 << 30)).otherwise(
+        F.raise_error(F.concat(F.lit(f"a landing file outside the lake root {root}: "), path)))
+    lines = whole.select(relative.alias("_src_file"),
+                         F.posexplode(F.split("value", "\n")).alias("_pos", "value"))
     return lines.select(
         "_src_file",
         (F.col("_pos") + 1).cast("long").alias("_src_line"),
@@ -187,11 +186,12 @@ def _append_lines(
         ).collect()
         read, bad = stats["read"], stats["bad"]
         bounds = (stats["lo"], stats["hi"]) if stats["lo"] is not None else None
-        lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
-        dl_snapshot = lake.snapshot(dead_letters.PATH)
-        if not any(already_committed(dl_snapshot, t) for t in txns):
-            dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
-            lake.write(dl_snapshot, dead if bad else None, txns=txns, rows_hint=bad)
+        if bad:  # none: nothing to commit, and a retry parses the same lines to none again
+            lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
+            dl_snapshot = lake.snapshot(dead_letters.PATH)
+            if not any(already_committed(dl_snapshot, t) for t in txns):
+                dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
+                lake.write(dl_snapshot, dead, txns=txns, rows_hint=bad)
         good = to_envelope(_with_headers(parsed.where(F.col("error").isNull())), topic,
                            keep=ORDER)
         counts: dict[str, int] = {}
