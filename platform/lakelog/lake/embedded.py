@@ -45,6 +45,16 @@ from lakelog.lake.schema import delta_schema_json, describe_mismatch, widen
 from lakelog.lake.stats import partition_values, stats_json
 
 STAGING = "_staging"
+TABLE_DEFAULTS = {
+    # lakelog writes footer stats for every top-level column; without this, readers keep only
+    # the first 32 leaf columns' (nested ones count), and a wide payload would hide
+    # `ingest_time` from retention and compaction.
+    "delta.dataSkippingNumIndexedCols": "-1",
+    # A checkpoint every 10 commits, not Delta's 100: a microbatch loads about 20 snapshots
+    # and commits 4-6 times, and each load replays the JSON commits since the last
+    # checkpoint (measured: 13 ms a load at interval 100, 4.6 ms at 10).
+    "delta.checkpointInterval": "10",
+}
 
 
 class EmbeddedLake:
@@ -113,10 +123,7 @@ class EmbeddedLake:
                     DeltaSchema.from_json(delta_schema_json(schema)),
                     mode="ignore",
                     partition_by=list(partition_by) or None,
-                    # lakelog writes footer stats for every top-level column; without this,
-                    # readers keep only the first 32 leaf columns' (nested ones count), and a
-                    # wide payload would hide `ingest_time` from retention and compaction.
-                    configuration={"delta.dataSkippingNumIndexedCols": "-1", **(properties or {})},
+                    configuration={**TABLE_DEFAULTS, **(properties or {})},
                     storage_options=self._storage_options,
                     # A losing concurrent creator must not retry its create as version 1: that
                     # metadata change would fail every writer that read version 0.

@@ -128,3 +128,14 @@ def test_landing_listing_skips_hidden(lake, tmp_path):
     (folder / "_tmp" / "c.ndjson").write_text("{}\n")
     assert lake.list_files("landing/x") == [("a.ndjson", 3)]
     assert lake.list_files("landing/missing") == []
+
+
+def test_a_table_is_checkpointed_every_ten_commits(lake, spark, tmp_path):
+    """A snapshot replays the JSON commits since the last checkpoint: lakelog's small tables
+    commit on every microbatch, so they are checkpointed often."""
+    lake.create_table("t", SCHEMA)
+    for i in range(11):
+        lake.write(lake.snapshot("t"), rows(spark, [i]), rows_hint=1)
+    log = tmp_path / "lake" / "t" / "_delta_log"
+    assert list(log.glob("*.checkpoint.parquet"))  # delta-rs writes it after version 9
+    assert sorted(r.id for r in lake.read(lake.snapshot("t")).collect()) == list(range(11))
