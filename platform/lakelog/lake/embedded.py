@@ -39,7 +39,6 @@ from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_sm
 from lakelog.lake.changes import commit_timestamp, log_actions, net_changes, read_changes
 from lakelog.lake import driver_write
 from lakelog.lake.delta_snapshot import DeltaSnapshot
-from lakelog.lake.driver_write import is_small_write
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch, widen
 from lakelog.lake.stats import partition_values, stats_json
@@ -323,14 +322,15 @@ class EmbeddedLake:
             raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
         df = df.select(*expected.fieldNames())
         table_root = self._fs_path(snapshot.path)
-        if is_small_write(rows_hint):
+        if driver_write.is_small_write(rows_hint):
             groups = driver_write.collect(df, snapshot.partition_columns)
             if groups is not None:
                 written: list[str] = []
                 try:
                     written = driver_write.write_files(self._fs, table_root, groups,
                                                        max_records_per_file)
-                    return [self._described(snapshot, relative) for relative in written]
+                    described = [self._described(snapshot, relative) for relative in written]
+                    return [add for add in described if add is not None]
                 except BaseException:
                     self._delete_files(snapshot.path, written)
                     raise
