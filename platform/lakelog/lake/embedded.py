@@ -1,10 +1,10 @@
 """The embedded Delta engine: Spark reads and writes the Parquet files, delta-rs commits.
 
-A write is: Spark writes the DataFrame into a private staging folder of the table; the files are
-moved into the table's own layout (``partition=3/part-....parquet``); their footers give the
-Delta statistics; delta-rs commits all adds and removes as one transaction relative to the
-snapshot the caller read, with the caller's application transactions. Files of a failed commit
-are deleted again, so a failed write leaves nothing behind but the staging folder's cleanup.
+A write puts its files into the table's folder (`lakelog.lake.data_files`: by pyarrow when few,
+else by Spark through a staging folder) with their footers' Delta statistics; delta-rs commits
+all adds and removes as one transaction relative to the snapshot the caller read, with the
+caller's application transactions. Files of a failed commit are deleted again, so a failed write
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError as DeltaTableNotFound
@@ -37,13 +36,11 @@ from lakelog.errors import (
 )
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
 from lakelog.lake.changes import commit_timestamp, log_actions, net_changes, read_changes
-from lakelog.lake import driver_write
+from lakelog.lake import data_files
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
-from lakelog.lake.schema import delta_schema_json, describe_mismatch, widen
-from lakelog.lake.stats import partition_values, stats_json
+from lakelog.lake.schema import delta_schema_json, describe_mismatch
 
-STAGING = "_staging"
 TABLE_DEFAULTS = {
     # lakelog writes footer stats for every top-level column; without this, readers keep only
     # the first 32 leaf columns' (nested ones count), and a wide payload would hide
@@ -225,13 +222,9 @@ class EmbeddedLake:
         removed = list(snapshot.files()) if mode == "overwrite" else []
         adds = []
         if rows:
-            table = pa.Table.from_pylist(list(rows), schema=pa.schema(snapshot.table.schema().to_arrow()))
-            relative = f"part-{uuid.uuid4().hex}.parquet"
-            target = self._fs_path(f"{snapshot.path}/{relative}")
-            pq.write_table(table, target, filesystem=self._fs)
-            meta = pq.read_metadata(target, filesystem=self._fs)
-            size = self._fs.get_file_info(target).size
-            adds.append(AddAction(relative, size, {}, int(time.time() * 1000), True, stats_json(meta)))
+            schema = pa.schema(snapshot.table.schema().to_arrow())
+            adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path),
+                                          [("", pa.Table.from_pylist(list(rows), schema=schema))])
         return self._commit(snapshot, adds, removed, txns, metadata)
 
     def _commit(
@@ -312,86 +305,12 @@ class EmbeddedLake:
         max_records_per_file: int | None = None,
         rows_hint: int | None = None,
     ) -> list[AddAction]:
-        """Write `df`'s files into the table (not yet committed) and describe them: few rows
-        (`rows_hint`) collected and written here (`lakelog.lake.driver_write`), else by Spark
-        into staging and moved into the table."""
-        expected = snapshot.schema
-        df, actual = widen(df, expected)
-        problem = describe_mismatch(expected=expected, actual=actual)
-        if problem:
-            raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
-        df = df.select(*expected.fieldNames())
-        table_root = self._fs_path(snapshot.path)
-        if driver_write.is_small_write(rows_hint):
-            groups = driver_write.collect(df, snapshot.partition_columns)
-            if groups is not None:
-                written: list[str] = []
-                try:
-                    written = driver_write.write_files(self._fs, table_root, groups,
-                                                       max_records_per_file)
-                    described = [self._described(snapshot, relative) for relative in written]
-                    return [add for add in described if add is not None]
-                except BaseException:
-                    self._delete_files(snapshot.path, written)
-                    raise
-        staging = f"{snapshot.path}/{STAGING}/{uuid.uuid4().hex}"
-        # "error" (= errorifexists): the one spelling Spark Connect accepts too.
-        writer = df.write.mode("error")
-        if max_records_per_file:
-            writer = writer.option("maxRecordsPerFile", max_records_per_file)
-        if snapshot.partition_columns:
-            writer = writer.partitionBy(*snapshot.partition_columns)
-        adds: list[AddAction] = []
-        try:
-            writer.parquet(self.spark_path(staging))
-            selector = pafs.FileSelector(self._fs_path(staging), recursive=True)
-            for info in self._fs.get_file_info(selector):
-                relative = info.path[len(self._fs_path(staging)) + 1 :]
-                name = relative.rsplit("/", 1)[-1]
-                if info.type != pafs.FileType.File or not name.endswith(".parquet"):
-                    continue
-                if name.startswith((".", "_")):
-                    continue
-                target = f"{table_root}/{relative}"
-                self._fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-                self._fs.move(info.path, target)
-                add = self._described(snapshot, relative)
-                if add is None:  # Spark writes an empty file for an empty DataFrame
-                    self._fs.delete_file(target)
-                    continue
-                adds.append(add)
-        except BaseException:
-            self._delete_files(snapshot.path, [a.path for a in adds])
-            raise
-        finally:
-            self._fs.delete_dir_contents(self._fs_path(staging), missing_dir_ok=True)
-            try:
-                self._fs.delete_dir(self._fs_path(staging))
-            except FileNotFoundError:
-                pass
-        return adds
-
-    def _described(self, snapshot: DeltaSnapshot, relative: str) -> AddAction | None:
-        """The add action of the table's file `relative`, from its footer; None: no rows."""
-        target = self._fs_path(f"{snapshot.path}/{relative}")
-        meta = pq.read_metadata(target, filesystem=self._fs)
-        if meta.num_rows == 0:
-            return None
-        return AddAction(
-            path=relative,
-            size=self._fs.get_file_info(target).size,
-            partition_values=partition_values(relative),
-            modification_time=int(time.time() * 1000),
-            data_change=True,
-            stats=stats_json(meta),
-        )
+        return data_files.write(
+            self._fs, self._fs_path(snapshot.path), self.spark_path(snapshot.path), snapshot, df,
+            max_records_per_file=max_records_per_file, rows_hint=rows_hint)
 
     def _delete_files(self, path: str, relative_paths: Sequence[str]) -> None:
-        for relative in relative_paths:
-            try:
-                self._fs.delete_file(self._fs_path(f"{path}/{relative}"))
-            except FileNotFoundError:
-                pass
+        data_files.delete(self._fs, self._fs_path(path), relative_paths)
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:
         return self._delta(path).history(limit)
