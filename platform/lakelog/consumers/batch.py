@@ -261,6 +261,7 @@ def _write_output(
         lake.write(snapshot, None, txns=txns, metadata=metadata)
         return
     changes = df if isinstance(df, Changes) else Changes(df)
+    hint = changes.rows_hint or records  # about one row per record at most, unless told
     if changes.replace:
         if changes.files is None or changes.deletes is not None:
             raise ConfigError(f"output {output.path}: a replacing write names its files, no deletes")
@@ -273,20 +274,16 @@ def _write_output(
                               "of rows, not deletes or files to replace")
         rows = changes.rows
         if output.rows_per_file:  # at most one row per record; usually one sorted file
-            rows = clustered(rows, output.keys, output.rows_per_file,
-                             changes.rows_hint or records)
+            rows = clustered(rows, output.keys, output.rows_per_file, hint)
         lake.write(snapshot, rows, txns=txns, metadata=metadata,
-                   max_records_per_file=output.rows_per_file,
-                   rows_hint=changes.rows_hint or records)
+                   max_records_per_file=output.rows_per_file, rows_hint=hint)
     elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
             rows_per_file=output.rows_per_file, deletes=changes.deletes,
-            candidates=changes.files, rows_hint=changes.rows_hint or records, txns=txns,
-            metadata=metadata,
+            candidates=changes.files, rows_hint=hint, txns=txns, metadata=metadata,
         )
     elif changes.deletes is not None:
         raise ConfigError(f"output {output.path} has no keys, so nothing can be deleted from it")
     else:
-        lake.write(snapshot, changes.rows, txns=txns, metadata=metadata,
-                   rows_hint=changes.rows_hint or records)
+        lake.write(snapshot, changes.rows, txns=txns, metadata=metadata, rows_hint=hint)

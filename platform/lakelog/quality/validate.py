@@ -6,8 +6,8 @@ other expectations would collect every unexpected value). Results are split back
 
 The other expectations are validated for success alone first (GX's BOOLEAN_ONLY: their
 aggregates in a few Spark jobs, where counting and sampling unexpected values costs a job per
-expectation); only those that failed are validated again for their counts and samples. A check
-that passes, as nearly all do, so costs 9 Spark jobs for a topic's suite instead of 15.
+expectation); only those that failed are validated again for their counts and samples. A topic's
+suite that passes, as nearly all do, took 15 Spark jobs instead of 27 when measured.
 """
 
 from __future__ import annotations
@@ -75,14 +75,10 @@ def _outcome(result: Any) -> ExpectationOutcome:
     )
 
 
-def _same(expectation: Expectation, configs: Sequence[Any]) -> bool:
-    """Whether one of the result `configs` is `expectation`'s (same type, arguments, suite)."""
-    def key(config: Any) -> str:
-        arguments = {k: v for k, v in config.kwargs.items() if k not in RUN_ARGUMENTS}
-        return json.dumps([config.type, plain(arguments), config.meta[SUITE_META]],
-                          sort_keys=True)
-
-    return key(expectation.configuration) in {key(c) for c in configs}
+def _key(config: Any) -> str:
+    """What identifies an expectation in its results: type, arguments and suite."""
+    arguments = {k: v for k, v in config.kwargs.items() if k not in RUN_ARGUMENTS}
+    return json.dumps([config.type, plain(arguments), config.meta[SUITE_META]], sort_keys=True)
 
 
 def validate(df: DataFrame, suites: Sequence[Suite]) -> list[SuiteOutcome]:
@@ -110,10 +106,10 @@ def validate(df: DataFrame, suites: Sequence[Suite]) -> list[SuiteOutcome]:
             return list(batch.validate(suite, result_format=result_format).results)
 
         results = run(others, {"result_format": "BOOLEAN_ONLY"})
-        failed = [r.expectation_config for r in results if not r.success]
+        failed = {_key(r.expectation_config) for r in results if not r.success}
         if failed:
             results = [r for r in results if r.success] + run(
-                [e for e in others if _same(e, failed)],
+                [e for e in others if _key(e.configuration) in failed],
                 {"result_format": "SUMMARY", "partial_unexpected_count": SAMPLE,
                  **({"unexpected_index_column_names": index} if index else {})})
         results += run(rows, {"result_format": "COMPLETE"})
