@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
 
 #: The most rows (by the caller's estimate) written this way; more go through a Spark write.
 SMALL_WRITE_ROWS = 50_000
@@ -38,18 +39,32 @@ def is_small_write(rows_hint: int | None) -> bool:
     return rows_hint is not None and rows_hint <= SMALL_WRITE_ROWS
 
 
-def collect(df: DataFrame, partition_columns: Sequence[str]) -> list[tuple[str, pa.Table]] | None:
+def collect(df: DataFrame) -> tuple[pa.Table, StructType]:
+    """The rows as Arrow, and their Spark schema.
+
+    Over Spark Connect in one round trip: the rows' response carries their schema, where
+    `toArrow` first asks for it in a round trip of its own, an analysis of the whole plan on
+    the server (a microbatch's plan costs about as much to analyse again as to run). In a
+    session of this process's own the schema is a local call on the analysed plan.
+    """
+    if type(df).__module__.startswith("pyspark.sql.connect"):
+        table, schema = df._to_table()
+        if schema is not None:
+            return table, schema
+    return df.toArrow(), df.schema
+
+
+def groups(table: pa.Table, partition_columns: Sequence[str]) -> list[tuple[str, pa.Table]] | None:
     """The rows as (partition folder, file rows) groups in the rows' order; None when a partition
     value is not plain (the caller writes with Spark instead)."""
-    table = df.toArrow()
     if table.num_rows == 0:
         return []
     if not partition_columns:
         return [("", table)]
     keys = table.select(list(partition_columns)).to_pylist()
-    groups: dict[tuple[Any, ...], None] = dict.fromkeys(tuple(k.values()) for k in keys)
+    found_groups: dict[tuple[Any, ...], None] = dict.fromkeys(tuple(k.values()) for k in keys)
     found = []
-    for values in groups:
+    for values in found_groups:
         if any(v is None or not _PLAIN.match(str(v)) for v in values):
             return None
         mask = None

@@ -55,28 +55,32 @@ _WIDENING = {
 }
 
 
+def widened(actual: StructType, expected: StructType) -> StructType:
+    """`actual` with each top-level column whose type safely widens to `expected`'s (int →
+    bigint, ...) of that type, as Spark SQL casts on INSERT; other differences are left for
+    `describe_mismatch` to report."""
+    want = {f.name: f.dataType for f in expected.fields}
+    return StructType([
+        StructField(f.name, want[f.name], f.nullable)
+        if f.name in want and (f.dataType.typeName(), want[f.name].typeName()) in _WIDENING
+        else f
+        for f in actual.fields
+    ])
+
+
 def widen(df: DataFrame, expected: StructType) -> tuple[DataFrame, StructType]:
-    """Cast top-level columns whose type safely widens to `expected`'s (int → bigint, ...),
-    as Spark SQL does on INSERT; other differences are left for `describe_mismatch` to report.
+    """`df` with its columns cast as `widened` says.
 
     Returns the frame and its schema, derived here rather than asked of Spark again: over
     Spark Connect every schema look-up is a round trip that re-analyses the whole plan.
     """
-    want = {f.name: f.dataType for f in expected.fields}
     actual = df.schema
-    fields, casts = [], False
-    for f in actual.fields:
-        target = want.get(f.name)
-        if target is not None and (f.dataType.typeName(), target.typeName()) in _WIDENING:
-            fields.append(StructField(f.name, target, f.nullable))
-            casts = True
-        else:
-            fields.append(f)
-    if not casts:
+    fields = widened(actual, expected)
+    if fields == actual:
         return df, actual
     columns = [F.col(f.name).cast(f.dataType).alias(f.name) if f.dataType != g.dataType
-               else F.col(f.name) for f, g in zip(fields, actual.fields)]
-    return df.select(*columns), StructType(fields)
+               else F.col(f.name) for f, g in zip(fields.fields, actual.fields)]
+    return df.select(*columns), fields
 
 
 def describe_mismatch(*, expected: StructType, actual: StructType) -> str | None:

@@ -65,7 +65,9 @@ def test_a_small_write_matches_a_spark_write(lake, spark):
 
 def test_a_non_plain_partition_value_and_no_rows(lake, spark):
     odd = frame(spark, 6, topic="a:b")  # Spark escapes it: the write goes through Spark
-    assert driver_write.collect(odd, ["topic"]) is None
+    table, schema = driver_write.collect(odd)
+    assert schema == odd.schema and table.num_rows == 6
+    assert driver_write.groups(table, ["topic"]) is None
     lake.create_table("odd", SCHEMA, partition_by=["topic"])
     lake.write(lake.snapshot("odd"), odd.coalesce(1), rows_hint=6)
     (written,) = lake.snapshot("odd").files()
@@ -75,6 +77,15 @@ def test_a_non_plain_partition_value_and_no_rows(lake, spark):
     version = lake.snapshot("arrow_t").version
     assert lake.write(lake.snapshot("arrow_t"), empty, rows_hint=0) == version + 1
     assert len(lake.snapshot("arrow_t").files()) == len(by_arrow.files())
+
+
+def test_a_small_write_widens_columns_as_a_spark_write_does(lake, spark):
+    narrow = frame(spark, 8).withColumn("id", F.col("id").cast("int")).coalesce(1)  # into bigint
+    by_spark, by_arrow = both(lake, spark, narrow, partition_by=["topic"])
+    assert described(by_arrow) == described(by_spark)
+    arrow_rows = DeltaTable(lake.uri("arrow_t")).to_pyarrow_table()
+    assert str(arrow_rows.schema.field("id").type) == "int64"
+    assertDataFrameEqual(lake.read(by_arrow), lake.read(by_spark))
 
 
 def test_only_a_known_small_write_is_collected():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
@@ -56,14 +58,19 @@ def test_read_old_version(lake, spark):
     assert lake.read(lake.snapshot("t")).count() == 2
 
 
-def test_schema_mismatch_is_refused(lake, spark):
+@pytest.mark.parametrize("rows_hint", [None, 10], ids=["spark-write", "small-write"])
+def test_schema_mismatch_is_refused(lake, spark, rows_hint):
     lake.create_table("t", SCHEMA)
     bad = rows(spark, [1]).withColumn("id", F.col("id").cast("string"))
     with pytest.raises(SchemaMismatchError, match="id is string, expected bigint"):
-        lake.write(lake.snapshot("t"), bad)
+        lake.write(lake.snapshot("t"), bad, rows_hint=rows_hint)
     with pytest.raises(SchemaMismatchError, match="missing columns tags"):
-        lake.write(lake.snapshot("t"), rows(spark, [1]).drop("tags"))
+        lake.write(lake.snapshot("t"), rows(spark, [1]).drop("tags"), rows_hint=rows_hint)
+    with pytest.raises(SchemaMismatchError, match="missing columns tags"):  # even without rows
+        lake.write(lake.snapshot("t"), rows(spark, [1]).drop("tags").limit(0),
+                   rows_hint=rows_hint)
     assert lake.snapshot("t").version == 0
+    assert not any(p.name.endswith(".parquet") for p in Path(lake.root, "t").rglob("*"))
 
 
 def test_missing_table_is_a_clear_error(lake):
