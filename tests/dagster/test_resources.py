@@ -38,15 +38,21 @@ def test_lake_root_as_env_var_opens_that_lake(spark_resource, monkeypatch, tmp_p
 def test_spark_session_always_gets_the_required_settings(spark, spark_resource):
     resource = SparkResource(
         master=spark_resource.master, remote=spark_resource.remote,
-        conf={"spark.sql.session.timeZone": "Europe/Paris", "spark.sql.shuffle.partitions": "3"},
+        conf={"spark.sql.session.timeZone": "Europe/Paris", "spark.sql.shuffle.partitions": "3",
+              "spark.sql.codegen.wholeStage": "true"},
     )
+    # lakelog's sessions generate no code (docs/spark.md); a run's resource can turn it back on
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "false"
+    assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
     try:
         session = resource.session()
         assert session is spark  # getOrCreate reuses the running session
         assert session.conf.get("spark.sql.session.timeZone") == "UTC"  # REQUIRED_CONF wins
         assert session.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert session.conf.get("spark.sql.codegen.wholeStage") == "true"
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "2")
+        spark.conf.set("spark.sql.codegen.wholeStage", "false")
 
 
 @pytest.mark.parametrize("environment", ["local", "spark_connect"])

@@ -43,6 +43,8 @@ def write(
     folder as Spark names it) and describe the files; nothing is committed."""
     expected = snapshot.schema
     if driver_write.is_small_write(rows_hint):
+        # The schema comes with the rows (no look-up of its own): a mismatch is found once the
+        # rows are here, and nothing is written.
         table, actual = driver_write.collect(df)
         actual = _checked(snapshot, widened(actual, expected))
         if table.num_rows == 0:

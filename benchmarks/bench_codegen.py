@@ -1,0 +1,110 @@
+"""Spark's code generation on and off, measured as a user meets it: `lakelog demo` over the
+local Spark server.
+
+lakelog's sessions run without generated code (`spark.sql.codegen.wholeStage=false`,
+`spark.sql.codegen.factoryMode=NO_CODEGEN`, in `lakelog.spark.session.LOCAL_DEFAULTS`): a
+microbatch's plans carry its own literals, so much of its generated code was new every batch,
+compiled, loaded and JIT-compiled again. This runs, side by side in one run, per setting:
+
+- a fresh local Spark Connect server (`lakelog.spark.server`, local[N]) with the setting;
+- `lakelog demo --events E --batches 4` against it, as a whole process into a fresh home;
+- the demo's wall time and the server's CPU seconds (user + system, from /proc), then the
+  server is stopped.
+
+The settings alternate (off, on, off, on, ... for `--rounds`), so a drift of the machine's load
+touches both. Prints one JSON object on stdout.
+
+    python benchmarks/bench_codegen.py --events 100000 --rounds 1 > codegen.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lakelog.spark.server import ServerConfig, ensure_running, status, stop
+
+LAKELOG = [sys.executable, "-m", "lakelog.cli"]
+#: Spark's own defaults: whole-stage code generation, generated code wherever it compiles.
+SETTINGS = {
+    "codegen_off": {},  # lakelog's defaults
+    "codegen_on": {"spark.sql.codegen.wholeStage": "true",
+                   "spark.sql.codegen.factoryMode": "FALLBACK"},
+    # Another per-query cost, for comparison: adaptive execution re-plans at every stage.
+    "codegen_off_aqe_off": {"spark.sql.adaptive.enabled": "false"},
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_demo(setting: str, args) -> dict:
+    state = Path(tempfile.mkdtemp(prefix=f"lakelog-bench-codegen-{setting}-"))
+    config = ServerConfig(port=args.port, master=f"local[{args.cores}]", memory=args.memory,
+                          state_dir=state, conf=SETTINGS[setting])
+    started = time.perf_counter()
+    ensure_running(config)
+    server_start = time.perf_counter() - started
+    pid = status(config).pid
+    home = state / "home"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LAKELOG_SPARK", "DAGSTER_HOME"))}
+    command = [*LAKELOG, "demo", "--events", str(args.events), "--batches", "4",
+               "--home", str(home), "--json", "--remote", config.url]
+    try:
+        started = time.perf_counter()
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+        server_cpu = cpu_seconds(pid)
+    finally:
+        stop(config)
+        shutil.rmtree(state, ignore_errors=True)
+    if done.returncode != 0:
+        return {"setting": setting, "error": done.stderr[-2000:]}
+    summary = json.loads(done.stdout)
+    return {"setting": setting, "wall_s": round(wall, 1), "server_cpu_s": round(server_cpu, 1),
+            "server_start_s": round(server_start, 1), "read": summary["read"],
+            "microbatches": summary["microbatches"], "ingests": summary["ingests"],
+            "loadavg_after": os.getloadavg()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, default=100_000)
+    p.add_argument("--rounds", type=int, default=1, help="demos per setting, alternated")
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--memory", default="4g")
+    p.add_argument("--port", type=int, default=15190)
+    p.add_argument("--settings", nargs="+", choices=sorted(SETTINGS),
+                   default=["codegen_off", "codegen_on"])
+    args = p.parse_args(argv)
+    load = os.getloadavg()
+    runs = []
+    for _ in range(args.rounds):
+        for setting in args.settings:
+            runs.append(one_demo(setting, args))
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    summary = {}
+    for setting in args.settings:
+        done = [r for r in runs if r["setting"] == setting and "error" not in r]
+        if done:
+            summary[setting] = {"wall_s": statistics.median(r["wall_s"] for r in done),
+                                "server_cpu_s": statistics.median(r["server_cpu_s"] for r in done)}
+    print(json.dumps({"events": args.events, "cores": args.cores, "cpus": os.cpu_count(),
+                      "loadavg_at_start": load, "runs": runs,
+                      "median": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
