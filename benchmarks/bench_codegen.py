@@ -12,9 +12,13 @@ compiled, loaded and JIT-compiled again. This runs, side by side in one run, per
   server is stopped.
 
 The settings alternate (off, on, off, on, ... for `--rounds`), so a drift of the machine's load
-touches both. Prints one JSON object on stdout.
+touches both. With ``--ingest N`` it also times, in one classic local[N] session of this
+process, `ingest_topics` of N workload events into a fresh lake per attempt, the two code
+generation settings alternated three times each (the first of each is the warm-up):
+one large batch, where the rows' own cost dominates. Prints one JSON object on stdout.
 
     python benchmarks/bench_codegen.py --events 100000 --rounds 1 > codegen.json
+    python benchmarks/bench_codegen.py --rounds 0 --ingest 100000 > codegen-ingest.json
 """
 
 from __future__ import annotations
@@ -78,10 +82,48 @@ def one_demo(setting: str, args) -> dict:
             "loadavg_after": os.getloadavg()}
 
 
+def ingest_side_by_side(events: int, cores: int, memory: str) -> list[dict]:
+    """One large ingest per attempt into a fresh lake, code generation off and on alternated."""
+    from datetime import datetime, timezone
+
+    from lakelog.demo.pipeline import pipeline as shop
+    from lakelog.demo.workload import Workload
+    from lakelog.lake import EmbeddedLake
+    from lakelog.log import ingest
+    from lakelog.spark.session import create_session
+
+    spark = create_session(master=f"local[{cores}]", app_name="bench-codegen",
+                           conf={"spark.driver.memory": memory})
+    off = {key: spark.conf.get(key) for key in SETTINGS["codegen_on"]}  # lakelog's defaults
+    attempts = []
+    try:
+        for attempt, setting in enumerate(["codegen_off", "codegen_on"] * 3):
+            for key, value in (off if setting == "codegen_off" else SETTINGS[setting]).items():
+                spark.conf.set(key, value)
+            root = tempfile.mkdtemp(prefix="lakelog-bench-codegen-ingest-")
+            lake = EmbeddedLake(spark, root)
+            workload = Workload(events, seed=3 + attempt, batches=1)
+            workload.write_batch(0, lake.root)
+            topics = [shop.topic(t) for t in workload.batch_records(0)]
+            started = time.perf_counter()
+            done = ingest.ingest_topics(lake, spark, topics,
+                                        now=lambda: datetime.now(timezone.utc))
+            seconds = time.perf_counter() - started
+            attempts.append({"setting": setting, "warm_up": attempt < 2,
+                             "read": sum(r.read for r in done), "seconds": round(seconds, 2)})
+            print(json.dumps(attempts[-1]), file=sys.stderr, flush=True)
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        spark.stop()
+    return attempts
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=1, help="demos per setting, alternated")
+    p.add_argument("--ingest", type=int, default=0,
+                   help="also time one large ingest of this many events per attempt (classic)")
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--memory", default="4g")
     p.add_argument("--port", type=int, default=15190)
@@ -100,9 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         if done:
             summary[setting] = {"wall_s": statistics.median(r["wall_s"] for r in done),
                                 "server_cpu_s": statistics.median(r["server_cpu_s"] for r in done)}
+    ingests = ingest_side_by_side(args.ingest, args.cores, args.memory) if args.ingest else []
+    for setting in args.settings if ingests else ():
+        timed = [a["seconds"] for a in ingests if a["setting"] == setting and not a["warm_up"]]
+        if timed:
+            summary.setdefault(setting, {})["ingest_s"] = round(statistics.median(timed), 2)
     print(json.dumps({"events": args.events, "cores": args.cores, "cpus": os.cpu_count(),
-                      "loadavg_at_start": load, "runs": runs,
-                      "median": summary}, indent=1))
+                      "loadavg_at_start": load, "runs": runs, "ingest_events": args.ingest,
+                      "ingests": ingests, "median": summary}, indent=1))
     return 0
 
 
