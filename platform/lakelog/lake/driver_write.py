@@ -49,22 +49,19 @@ def collect(df: DataFrame) -> tuple[pa.Table, StructType]:
     """
     if type(df).__module__.startswith("pyspark.sql.connect"):
         table, schema = df._to_table()
-        if schema is not None:
-            return table, schema
+        return table, schema if schema is not None else df.schema  # a server that sent none
     return df.toArrow(), df.schema
 
 
 def groups(table: pa.Table, partition_columns: Sequence[str]) -> list[tuple[str, pa.Table]] | None:
-    """The rows as (partition folder, file rows) groups in the rows' order; None when a partition
-    value is not plain (the caller writes with Spark instead)."""
-    if table.num_rows == 0:
-        return []
+    """The rows (some: no rows are no write) as (partition folder, file rows) groups in the rows'
+    order; None when a partition value is not plain (the caller writes with Spark instead)."""
     if not partition_columns:
         return [("", table)]
     keys = table.select(list(partition_columns)).to_pylist()
-    found_groups: dict[tuple[Any, ...], None] = dict.fromkeys(tuple(k.values()) for k in keys)
+    distinct: dict[tuple[Any, ...], None] = dict.fromkeys(tuple(k.values()) for k in keys)
     found = []
-    for values in found_groups:
+    for values in distinct:
         if any(v is None or not _PLAIN.match(str(v)) for v in values):
             return None
         mask = None

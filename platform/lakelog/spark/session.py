@@ -46,7 +46,8 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # literals (bounds, watermarks, times), so most of its code was new every batch: compiled
     # by Janino, loaded, then JIT-compiled again — 6 to 27 compilations per 1,000-record batch,
     # and the JIT threads took a sixth of the server's CPU. Measured on the 100k demo
-    # (benchmarks/bench_codegen.py): 22 % less server CPU and 19 % less time.
+    # (benchmarks/bench_codegen.py): 11-22 % less server CPU and 7-19 % less time; one large
+    # batch is slower (a 100k-event ingest 27 %): docs/spark.md.
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
