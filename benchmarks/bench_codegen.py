@@ -32,16 +32,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
+from bench_common import SPARK_CODEGEN, spark_codegen
 from lakelog.spark.server import ServerConfig, ensure_running, status, stop
 
 LAKELOG = [sys.executable, "-m", "lakelog.cli"]
 #: Spark's own defaults: whole-stage code generation, generated code wherever it compiles.
 SETTINGS = {
     "codegen_off": {},  # lakelog's defaults
-    "codegen_on": {"spark.sql.codegen.wholeStage": "true",
-                   "spark.sql.codegen.factoryMode": "FALLBACK"},
+    "codegen_on": SPARK_CODEGEN,
     # Another per-query cost, for comparison: adaptive execution re-plans at every stage.
     "codegen_off_aqe_off": {"spark.sql.adaptive.enabled": "false"},
 }
@@ -82,6 +83,10 @@ def one_demo(setting: str, args) -> dict:
             "loadavg_after": os.getloadavg()}
 
 
+#: The settings the large ingest alternates, in this order (lakelog's defaults first).
+INGEST_SETTINGS = ["codegen_off", "codegen_on"]
+
+
 def ingest_side_by_side(events: int, cores: int, memory: str) -> list[dict]:
     """One large ingest per attempt into a fresh lake, code generation off and on alternated."""
     from datetime import datetime, timezone
@@ -94,21 +99,19 @@ def ingest_side_by_side(events: int, cores: int, memory: str) -> list[dict]:
 
     spark = create_session(master=f"local[{cores}]", app_name="bench-codegen",
                            conf={"spark.driver.memory": memory})
-    off = {key: spark.conf.get(key) for key in SETTINGS["codegen_on"]}  # lakelog's defaults
     attempts = []
     try:
-        for attempt, setting in enumerate(["codegen_off", "codegen_on"] * 3):
-            for key, value in (off if setting == "codegen_off" else SETTINGS[setting]).items():
-                spark.conf.set(key, value)
+        for attempt, setting in enumerate(INGEST_SETTINGS * 3):
             root = tempfile.mkdtemp(prefix="lakelog-bench-codegen-ingest-")
             lake = EmbeddedLake(spark, root)
             workload = Workload(events, seed=3 + attempt, batches=1)
             workload.write_batch(0, lake.root)
             topics = [shop.topic(t) for t in workload.batch_records(0)]
-            started = time.perf_counter()
-            done = ingest.ingest_topics(lake, spark, topics,
-                                        now=lambda: datetime.now(timezone.utc))
-            seconds = time.perf_counter() - started
+            with spark_codegen(spark) if setting == "codegen_on" else nullcontext():
+                started = time.perf_counter()
+                done = ingest.ingest_topics(lake, spark, topics,
+                                            now=lambda: datetime.now(timezone.utc))
+                seconds = time.perf_counter() - started
             attempts.append({"setting": setting, "warm_up": attempt < 2,
                              "read": sum(r.read for r in done), "seconds": round(seconds, 2)})
             print(json.dumps(attempts[-1]), file=sys.stderr, flush=True)
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             summary[setting] = {"wall_s": statistics.median(r["wall_s"] for r in done),
                                 "server_cpu_s": statistics.median(r["server_cpu_s"] for r in done)}
     ingests = ingest_side_by_side(args.ingest, args.cores, args.memory) if args.ingest else []
-    for setting in args.settings if ingests else ():
+    for setting in INGEST_SETTINGS if ingests else ():
         timed = [a["seconds"] for a in ingests if a["setting"] == setting and not a["warm_up"]]
         if timed:
             summary.setdefault(setting, {})["ingest_s"] = round(statistics.median(timed), 2)

@@ -1,5 +1,5 @@
 """What benchmark scripts share: a classic ``local[2]`` session on a lake in a fresh temporary
-folder, both gone afterwards."""
+folder, both gone afterwards; Spark's own code generation, which lakelog's sessions turn off."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from typing import Any
 
 from lakelog.lake import EmbeddedLake
 from lakelog.spark.session import create_session
@@ -22,3 +24,21 @@ def bench_lake(name: str) -> Iterator[EmbeddedLake]:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+#: Spark's own code generation settings, which lakelog's sessions turn off (docs/spark.md).
+SPARK_CODEGEN = {"spark.sql.codegen.wholeStage": "true",
+                 "spark.sql.codegen.factoryMode": "FALLBACK"}
+
+
+@contextmanager
+def spark_codegen(spark: Any) -> Iterator[None]:
+    """The session with Spark's own code generation for the block, its settings before after."""
+    before = {key: spark.conf.get(key) for key in SPARK_CODEGEN}
+    for key, value in SPARK_CODEGEN.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)

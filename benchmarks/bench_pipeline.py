@@ -44,6 +44,7 @@ from typing import Any
 
 # The engine, through as few names as possible: the demo pipeline and its workload and shop
 # database, the lake, and the step functions a pipeline run calls.
+from bench_common import spark_codegen
 from lakelog import consumers
 from lakelog.log import ingest
 from lakelog.sourcing import publish_outbox
@@ -420,24 +421,6 @@ def reference_queries() -> dict[str, tuple[tuple[str, ...], Callable, str, str]]
         "model.customer_lifetime_value": (("orders",), customer_lifetime_value, "update",
                                           upsert + " (orders and value per customer)"),
     }
-
-
-#: Spark's own code generation settings, which lakelog's sessions turn off (docs/spark.md).
-SPARK_CODEGEN = {"spark.sql.codegen.wholeStage": "true",
-                 "spark.sql.codegen.factoryMode": "FALLBACK"}
-
-
-@contextmanager
-def spark_codegen(spark: Any) -> Iterator[None]:
-    """The session with Spark's default code generation for the block, lakelog's after."""
-    before = {key: spark.conf.get(key) for key in SPARK_CODEGEN}
-    for key, value in SPARK_CODEGEN.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            spark.conf.set(key, value)
 
 
 def time_reference(lake: EmbeddedLake, name: str, work_dir: Path, args) -> dict:
