@@ -170,8 +170,25 @@ class Lake(Protocol):
         an engine write few rows without a write job of their own.
         """
 
-    def read_arrow(self, snapshot: Snapshot) -> pa.Table:
-        """All rows of a small table (checkpoints, manifests) without Spark."""
+    def read_arrow(
+        self,
+        snapshot: Snapshot,
+        *,
+        files: Sequence[DataFile] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """All rows of a small table (checkpoints, manifests) without Spark; or only `columns`
+        (not partition columns) of the rows of `files`."""
+
+    def write_table(
+        self,
+        snapshot: Snapshot,
+        table: pa.Table,
+        *,
+        txns: Sequence[AppTxn] = (),
+        metadata: CommitMetadata | None = None,
+    ) -> int:
+        """`write` (an append) for rows already in this process, in the table's schema."""
 
     def write_rows(
         self,

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError as DeltaTableNotFound
@@ -36,7 +37,7 @@ from lakelog.errors import (
 )
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
 from lakelog.lake.changes import commit_timestamp, log_actions, net_changes, read_changes
-from lakelog.lake import data_files
+from lakelog.lake import data_files, driver_write
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
@@ -205,8 +206,41 @@ class EmbeddedLake:
             metadata = metadata(sum(json.loads(a.stats)["numRecords"] for a in adds))
         return self._commit(snapshot, adds, removed, txns, metadata)
 
-    def read_arrow(self, snapshot: DeltaSnapshot) -> pa.Table:
-        return pa.table(snapshot.table.to_pyarrow_table())
+    def read_arrow(
+        self,
+        snapshot: DeltaSnapshot,
+        *,
+        files: Sequence[DataFile] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        if files is None:
+            return pa.table(snapshot.table.to_pyarrow_table(
+                columns=None if columns is None else list(columns)))
+        schema = pa.schema(snapshot.table.schema().to_arrow())
+        schema = pa.schema([schema.field(c) for c in columns or schema.names])
+        if not files:
+            return schema.empty_table()
+        base = self._fs_path(snapshot.path)
+        return pq.ParquetDataset([f"{base}/{f.path}" for f in files], schema=schema,
+                                 filesystem=self._fs, partitioning=None).read(schema.names)
+
+    def write_table(
+        self,
+        snapshot: DeltaSnapshot,
+        table: pa.Table,
+        *,
+        txns: Sequence[AppTxn] = (),
+        metadata: CommitMetadata | None = None,
+    ) -> int:
+        table = table.select(snapshot.schema.fieldNames())
+        groups = driver_write.groups(table, snapshot.partition_columns) if table.num_rows else []
+        if groups is None:  # a partition value Spark would escape: Spark names its folder
+            return self.write(snapshot, self.spark.createDataFrame(table), txns=txns,
+                              metadata=metadata)
+        adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path), groups)
+        if callable(metadata):
+            metadata = metadata(table.num_rows)
+        return self._commit(snapshot, adds, [], txns, metadata)
 
     def write_rows(
         self,

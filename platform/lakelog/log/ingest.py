@@ -10,7 +10,9 @@ Landing-zone ingestion is exactly-once per file, in the same steps as a consumer
    skipped if already there; the commit metadata holds the batch's counts;
 4. **done** — mark the files ingested in the manifest.
 
-Per batch: records read = appended + duplicates + dead letters.
+Per batch: records read = appended + duplicates + dead letters. A batch small enough to hold is
+parsed by one Spark job and finished in this process (`lakelog.log.held_batch`); a larger one
+goes through Spark throughout.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.lake import AppTxn, CommitMetadata, Lake, Snapshot, already_committed
-from lakelog.log import dead_letters, landing
-from lakelog.log.offsets import append
+from lakelog.lake import AppTxn, CommitMetadata, Lake, Snapshot, already_committed, driver_write
+from lakelog.log import dead_letters, held_batch, landing
+from lakelog.log.offsets import AppendResult, append, partition_of
 from lakelog.log.records import INGEST_TIME, event_time, parse_lines, to_envelope, typed_fields
 from lakelog.log.topics import Topic
 
@@ -160,10 +162,73 @@ def _append_lines(
     now: datetime,
     txns: Sequence[AppTxn],
     extra: Mapping[str, Any],
+    held: bool,
 ) -> IngestResult | None:
-    """Steps 2 and 3 for already-read lines. None if the append was already committed."""
+    """Steps 2 and 3 for already-read lines: with `held`, a batch small enough to hold here
+    (`lakelog.log.held_batch`), else through Spark. None if the append was already committed."""
     stamp = lines.sparkSession.createDataFrame([(now,)], STAMP_SCHEMA)
     parsed = parse_lines(lines.select(*LINE_COLUMNS).crossJoin(F.broadcast(stamp)), topic)
+    append_parsed = _append_held if held else _append_with_spark
+    done = append_parsed(lake, topic, parsed, txns=txns, extra=extra)
+    if done is None:
+        return None
+    result, counts = done
+    return IngestResult(
+        topic=topic.name,
+        batch=extra.get("batch"),
+        files=tuple(extra.get("files", ())),
+        version=result.version,
+        ranges=result.ranges,
+        **counts,
+    )
+
+
+Appended = tuple[AppendResult, dict[str, int]]
+
+
+def _metadata(extra: Mapping[str, Any], counts: dict[str, int], *, read: int, bad: int):
+    """The commit metadata of an append of what was not a duplicate; fills `counts` too."""
+    def metadata(appended: int) -> dict[str, Any]:
+        counts.update(read=read, appended=appended, duplicates=read - bad - appended,
+                      dead_letters=bad)
+        return {METADATA_KEY: {**extra, **counts}}
+
+    return metadata
+
+
+def _append_held(
+    lake: Lake, topic: Topic, parsed: DataFrame, *, txns: Sequence[AppTxn],
+    extra: Mapping[str, Any],
+) -> Appended | None:
+    """One Spark job: every line's envelope and log partition, or its error, collected; dead
+    letters, duplicates and offsets are worked out here."""
+    # A bad line's typed fields are left out: its event time is not computed (and cannot fail).
+    kept = parsed.withColumn("_typed", F.when(F.col("error").isNull(), F.col("_typed")))
+    rows = to_envelope(_with_headers(kept), topic, keep=(*ORDER, "error", "value")).withColumn(
+        "partition", partition_of(F.col("key"), topic.partitions))
+    good, bad = held_batch.split(driver_write.collect(rows)[0])
+    read = good.num_rows + bad.num_rows
+    if bad.num_rows:
+        dl_snapshot = held_batch.dead_letter_table(lake)
+        if not any(already_committed(dl_snapshot, t) for t in txns):
+            lake.write_table(dl_snapshot, held_batch.dead_letter_rows(bad, topic=topic.name),
+                             txns=txns)
+    bounds = held_batch.time_bounds(good)
+    counts: dict[str, int] = {}
+    metadata = _metadata(extra, counts, read=read, bad=bad.num_rows)
+
+    def prepare(snapshot: Snapshot) -> tuple[Any, CommitMetadata]:
+        return held_batch.new_records(lake, topic, snapshot, good, ORDER, bounds), metadata
+
+    done = append(lake, topic, prepare, order_by=ORDER, txns=txns)
+    return None if done is None else (done[0], counts)
+
+
+def _append_with_spark(
+    lake: Lake, topic: Topic, parsed: DataFrame, *, txns: Sequence[AppTxn],
+    extra: Mapping[str, Any],
+) -> Appended | None:
+    """A batch too large to hold: counted, de-duplicated and appended by Spark jobs."""
     # The raw line is kept (cached) only for dead letters; good records are typed already.
     parsed = parsed.withColumn("value", F.when(F.col("error").isNotNull(), F.col("value")))
     # Cached flat: Spark's in-memory cache builds primitive columns far cheaper than a struct.
@@ -187,42 +252,25 @@ def _append_lines(
         read, bad = stats["read"], stats["bad"]
         bounds = (stats["lo"], stats["hi"]) if stats["lo"] is not None else None
         if bad:  # none: nothing to commit, and a retry parses the same lines to none again
-            lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
-            dl_snapshot = lake.snapshot(dead_letters.PATH)
+            dl_snapshot = held_batch.dead_letter_table(lake)
             if not any(already_committed(dl_snapshot, t) for t in txns):
                 dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
                 lake.write(dl_snapshot, dead, txns=txns, rows_hint=bad)
         good = to_envelope(_with_headers(parsed.where(F.col("error").isNull())), topic,
                            keep=ORDER)
         counts: dict[str, int] = {}
+        metadata = _metadata(extra, counts, read=read, bad=bad)
 
         def prepare(snapshot: Snapshot) -> tuple[DataFrame, CommitMetadata]:
             # Duplicates are few (a re-dropped file at worst): broadcast them, never shuffle the
             # records. They are not counted apart: what the append did not add was a duplicate.
             duplicates = F.broadcast(_duplicates(lake, topic, good, snapshot, bounds))
-            new = good.join(duplicates, list(ORDER), "left_anti")
-
-            def metadata(appended: int) -> dict[str, Any]:
-                counts.update(read=read, appended=appended, duplicates=read - bad - appended,
-                              dead_letters=bad)
-                return {METADATA_KEY: {**extra, **counts}}
-
-            return new, metadata
+            return good.join(duplicates, list(ORDER), "left_anti"), metadata
 
         done = append(lake, topic, prepare, order_by=ORDER, txns=txns, rows_hint=read - bad)
     finally:
         flat.unpersist()
-    if done is None:
-        return None
-    result, _ = done
-    return IngestResult(
-        topic=topic.name,
-        batch=extra.get("batch"),
-        files=tuple(extra.get("files", ())),
-        version=result.version,
-        ranges=result.ranges,
-        **counts,
-    )
+    return None if done is None else (done[0], counts)
 
 
 def _committed_counts(lake: Lake, topic: Topic, batch: int) -> dict[str, int]:
@@ -249,8 +297,10 @@ def ingest(
     names = [f for f, _ in plan.files]
     txn = AppTxn(f"lakelog.ingest:{topic.name}", plan.batch)
     lines = read_landing_lines(spark, lake, names)
+    held = sum(size for _, size in plan.files) <= held_batch.SMALL_INGEST_BYTES
     result = _append_lines(  # steps 2 and 3
-        lake, topic, lines, now=now, txns=[txn], extra={"batch": plan.batch, "files": names}
+        lake, topic, lines, now=now, txns=[txn], extra={"batch": plan.batch, "files": names},
+        held=held,
     )
     if result is None:
         result = IngestResult(
@@ -288,6 +338,7 @@ def produce(
     result = _append_lines(
         lake, topic, lines_frame(spark, lines, source=source), now=now, txns=(),
         extra={"source": source},
+        held=sum(len(line) for line in lines) <= held_batch.SMALL_INGEST_BYTES,
     )
     assert result is not None  # no application transaction, so never "already committed"
     return result

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -24,6 +25,7 @@ from pyspark.sql.window import Window
 
 from lakelog.errors import ConcurrentWriteError, UnknownTopicError
 from lakelog.lake import AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed
+from lakelog.log.held_batch import with_offsets
 from lakelog.log.topics import Topic
 
 APPEND_GUARD = "lakelog.append"
@@ -130,7 +132,8 @@ def assign_offsets(
     )
 
 
-Prepared = tuple[DataFrame, CommitMetadata]
+#: The records to append (Arrow: held here, `partition` given) and the commit metadata.
+Prepared = tuple[DataFrame | pa.Table, CommitMetadata]
 
 
 def append(
@@ -143,7 +146,8 @@ def append(
     attempts: int = 12,
     rows_hint: int | None = None,
 ) -> tuple[AppendResult, CommitMetadata] | None:
-    """Append envelope-shaped records (no partition/offset yet) as one Delta commit.
+    """Append envelope-shaped records (no offset yet; no partition yet unless held here as
+    Arrow, `lakelog.log.held_batch`) as one Delta commit.
 
     `prepare(snapshot)` returns the records and the commit metadata given the log as it is now
     (an ingest drops records already in that snapshot); after a lost race it is called again on
@@ -157,13 +161,17 @@ def append(
             return None
         records, metadata = prepare(snapshot)
         before = heads(snapshot, topic.partitions)
-        assigned = assign_offsets(
-            records, partitions=topic.partitions, heads=before, order_by=order_by
-        ).select(*topic.table_schema.fieldNames())
         guard = AppTxn(APPEND_GUARD, snapshot.version + 1)
         try:
-            version = lake.write(snapshot, assigned, txns=[guard, *txns], metadata=metadata,
-                                rows_hint=rows_hint)
+            if isinstance(records, pa.Table):  # held here, with their log partition
+                version = lake.write_table(snapshot, with_offsets(records, before, order_by),
+                                           txns=[guard, *txns], metadata=metadata)
+            else:
+                assigned = assign_offsets(
+                    records, partitions=topic.partitions, heads=before, order_by=order_by
+                ).select(*topic.table_schema.fieldNames())
+                version = lake.write(snapshot, assigned, txns=[guard, *txns], metadata=metadata,
+                                     rows_hint=rows_hint)
         except ConcurrentWriteError:
             if attempt == attempts - 1:
                 raise

@@ -1,4 +1,7 @@
-"""Landing-zone ingestion: exactly once per file, dead letters, duplicates, the records-in invariant."""
+"""Landing-zone ingestion: exactly once per file, dead letters, duplicates, the records-in invariant.
+
+Every test runs both ways a batch is ingested: held in this process after one Spark job (a
+batch up to `held_batch.SMALL_INGEST_BYTES`, the usual case) and through Spark (larger ones)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,15 @@ import pytest
 from pyspark.sql import functions as F
 from engine_helpers import drop, make_topic, record
 
-from lakelog.lake import AppTxn
-from lakelog.log import dead_letters, ingest, landing
+from lakelog.lake import AppTxn, EmbeddedLake
+from lakelog.log import dead_letters, held_batch, ingest, landing
+
+
+@pytest.fixture(autouse=True, params=["held", "spark"])
+def ingest_path(request, monkeypatch):
+    if request.param == "spark":
+        monkeypatch.setattr(held_batch, "SMALL_INGEST_BYTES", -1)
+    return request.param
 
 
 def table_rows(lake, path):
@@ -135,3 +145,32 @@ def test_produce_validates_like_landing_files(lake, spark, topic, now):
     assert (result.read, result.appended, result.duplicates, result.dead_letters) == (3, 1, 1, 1)
     (dead,) = table_rows(lake, dead_letters.PATH)
     assert dead.source == "produce:test" and dead.line == 2
+
+
+def test_both_paths_give_the_same_log_and_dead_letters(spark, tmp_path, now, monkeypatch):
+    """Duplicates within a file, across files and against the log, bad lines, several log
+    partitions and files: the held path and the Spark path append the same records with the
+    same offsets, and the same dead letters."""
+    first = [record(i) for i in range(30)] + [record(4), "{bad", record(31)]
+    second = [record(i) for i in range(25, 60)] + [record(40), '{"event_id": 1}']
+    third = [record(i, seconds=i + 0.5) for i in range(55, 90)]
+
+    def ingested(name: str, path: str) -> tuple[list, list]:
+        monkeypatch.setattr(held_batch, "SMALL_INGEST_BYTES", -1 if path == "spark" else 1 << 30)
+        lake, topic = EmbeddedLake(spark, str(tmp_path / name)), make_topic()
+        drop(lake.root, topic.name, "a.ndjson", first)
+        ingest.ingest(lake, spark, topic, now=now)
+        drop(lake.root, topic.name, "b.ndjson", second)
+        drop(lake.root, topic.name, "c.ndjson", third)
+        results = [ingest.ingest(lake, spark, topic, now=now)]
+        assert [r.duplicates for r in results] == [12]
+        log = sorted((r.partition, r.offset, r.event_id, r.key, r.event_time, r.headers["source"],
+                      r.headers["line"], r.amount) for r in table_rows(lake, topic.path))
+        dead = sorted(tuple(r) for r in table_rows(lake, dead_letters.PATH))
+        return log, dead
+
+    held_log, held_dead = ingested("held", "held")
+    spark_log, spark_dead = ingested("spark", "spark")
+    assert len(held_log) == 90 and len({p for p, *_ in held_log}) > 1
+    assert held_log == spark_log
+    assert len(held_dead) == 2 and held_dead == spark_dead

@@ -1,0 +1,102 @@
+"""An ingest batch held in this process: dead letters, duplicates and offsets without Spark.
+
+A batch small enough to hold (`SMALL_INGEST_BYTES` of lines) is parsed by Spark in one job
+whose rows — every line's envelope and log partition, or its error — come back as Arrow
+(`lakelog.log.ingest`); the rest is worked out here on those rows. The same batch through Spark
+took four to six more jobs (a count, a shuffle for the duplicates, a broadcast, a window per log
+partition, each a plan and a round trip over Spark Connect) for a few thousand records.
+
+The results are those of the Spark path: a record is a duplicate when its event id is in the log
+within the topic's dedup window around the batch's event times, or came earlier in the batch
+(by source file, then line); offsets follow (file, line) within each log partition from its head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakelog.lake import Lake, Snapshot
+from lakelog.log import dead_letters
+from lakelog.log.topics import Topic
+
+#: The most bytes of lines an ingest batch holds in this process (about as much again as Arrow).
+SMALL_INGEST_BYTES = 32 << 20
+
+
+def split(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The good records and the bad lines (those with an `error`)."""
+    bad = pc.is_valid(rows["error"])
+    return rows.filter(pc.invert(bad)), rows.filter(bad)
+
+
+def dead_letter_rows(bad: pa.Table, *, topic: str) -> pa.Table:
+    """Bad lines (columns `_src_file`, `_src_line`, `value`, `error`, `ingest_time`) as rows
+    of the dead-letter table."""
+    return pa.table({
+        "topic": pa.array([topic] * bad.num_rows, pa.string()),
+        "source": bad["_src_file"],
+        "line": bad["_src_line"].cast(pa.int64()),
+        "raw": bad["value"],
+        "reason": bad["error"],
+        "ingest_time": bad["ingest_time"],
+    })
+
+
+def time_bounds(good: pa.Table) -> tuple[datetime, datetime] | None:
+    """The least and greatest event time of `good` (None if it has none), as aware UTC."""
+    lo, hi = (v.as_py() for v in pc.min_max(good["event_time"]).values())
+    if lo is None:
+        return None
+    return _utc(lo), _utc(hi)
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def new_records(
+    lake: Lake, topic: Topic, snapshot: Snapshot, good: pa.Table, order: Sequence[str],
+    bounds: tuple[datetime, datetime] | None,
+) -> pa.Table:
+    """`good` without its duplicates: each event id's first record by `order`, unless the log
+    holds the id within the dedup window around `bounds`."""
+    good = good.sort_by([(c, "ascending") for c in order])
+    logged: set = set()
+    if bounds is not None:
+        lo, hi = bounds[0] - topic.dedup_window, bounds[1] + topic.dedup_window
+        files = [f for f in snapshot.files() if f.overlaps("event_time", lo, hi)]
+        if files:
+            seen = lake.read_arrow(snapshot, files=files, columns=["event_id", "event_time"])
+            times = seen["event_time"]
+            within = pc.and_(pc.greater_equal(times, pa.scalar(lo, times.type)),
+                             pc.less_equal(times, pa.scalar(hi, times.type)))
+            ids = pc.filter(seen["event_id"], within)
+            logged = set(pc.filter(ids, pc.is_in(ids, value_set=good["event_id"])).to_pylist())
+    keep = []
+    for event_id in good["event_id"].to_pylist():
+        keep.append(event_id not in logged)
+        logged.add(event_id)
+    return good.filter(pa.array(keep, pa.bool_()))
+
+
+def with_offsets(records: pa.Table, heads: Mapping[int, int], order: Sequence[str]) -> pa.Table:
+    """`records` (with `partition`) with their `offset`: contiguous after each log partition's
+    head, in `order` within it."""
+    records = records.sort_by([("partition", "ascending"), *[(c, "ascending") for c in order]])
+    partitions = records["partition"].to_numpy(zero_copy_only=False)
+    n = len(partitions)
+    starts = np.flatnonzero(np.r_[True, partitions[1:] != partitions[:-1]]) if n else []
+    sizes = np.diff(np.r_[starts, n]).astype(np.int64)
+    first = np.array([heads.get(int(partitions[s]), 0) for s in starts], dtype=np.int64)
+    offsets = np.repeat(first - np.asarray(starts, dtype=np.int64), sizes) + np.arange(n)
+    return records.append_column("offset", pa.array(offsets, pa.int64()))
+
+
+def dead_letter_table(lake: Lake) -> Snapshot:
+    lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
+    return lake.snapshot(dead_letters.PATH)
