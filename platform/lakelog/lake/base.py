@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
@@ -176,9 +177,12 @@ class Lake(Protocol):
         *,
         files: Sequence[DataFile] | None = None,
         columns: Sequence[str] | None = None,
+        where: pads.Expression | None = None,
     ) -> pa.Table:
-        """All rows of a small table (checkpoints, manifests) without Spark; or only `columns`
-        (not partition columns) of the rows of `files`."""
+        """The rows of a table that satisfy `where` (all of them by default: a small table,
+        checkpoints, manifests), only `columns`, without Spark; filtered as the files are read,
+        so only the rows kept are held. With `files`, only theirs, and neither `columns` nor
+        `where` may name a partition column."""
 
     def write_table(
         self,

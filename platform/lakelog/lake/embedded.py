@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
+import pyarrow.dataset as pads
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError as DeltaTableNotFound
@@ -212,17 +212,19 @@ class EmbeddedLake:
         *,
         files: Sequence[DataFile] | None = None,
         columns: Sequence[str] | None = None,
+        where: pads.Expression | None = None,
     ) -> pa.Table:
         if files is None:
-            return pa.table(snapshot.table.to_pyarrow_table(
-                columns=None if columns is None else list(columns)))
+            return snapshot.table.to_pyarrow_dataset().to_table(
+                columns=None if columns is None else list(columns), filter=where)
         schema = pa.schema(snapshot.table.schema().to_arrow())
-        schema = pa.schema([schema.field(c) for c in columns or schema.names])
+        names = list(columns or schema.names)
         if not files:
-            return schema.empty_table()
+            return pa.schema([schema.field(c) for c in names]).empty_table()
         base = self._fs_path(snapshot.path)
-        return pq.ParquetDataset([f"{base}/{f.path}" for f in files], schema=schema,
-                                 filesystem=self._fs, partitioning=None).read(schema.names)
+        data = pads.dataset([f"{base}/{f.path}" for f in files], format="parquet",
+                            filesystem=self._fs, schema=schema)
+        return data.to_table(columns=names, filter=where)
 
     def write_table(
         self,

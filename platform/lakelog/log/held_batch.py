@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 
 from lakelog.lake import Lake, Snapshot
 from lakelog.log import dead_letters
@@ -70,13 +71,12 @@ def new_records(
     if bounds is not None:
         lo, hi = bounds[0] - topic.dedup_window, bounds[1] + topic.dedup_window
         files = [f for f in snapshot.files() if f.overlaps("event_time", lo, hi)]
-        if files:
-            seen = lake.read_arrow(snapshot, files=files, columns=["event_id", "event_time"])
-            times = seen["event_time"]
-            within = pc.and_(pc.greater_equal(times, pa.scalar(lo, times.type)),
-                             pc.less_equal(times, pa.scalar(hi, times.type)))
-            ids = pc.filter(seen["event_id"], within)
-            logged = set(pc.filter(ids, pc.is_in(ids, value_set=good["event_id"])).to_pylist())
+        if files:  # only the batch's ids are kept from the log's, however many it has
+            time = pads.field("event_time")
+            ours = pads.field("event_id").isin(good["event_id"])
+            seen = lake.read_arrow(snapshot, files=files, columns=["event_id"],
+                                   where=(time >= lo) & (time <= hi) & ours)
+            logged = set(seen["event_id"].to_pylist())
     keep = []
     for event_id in good["event_id"].to_pylist():
         keep.append(event_id not in logged)
