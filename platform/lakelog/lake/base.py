@@ -222,6 +222,10 @@ class Lake(Protocol):
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]: ...
 
+    def changes_arrow(self, path: str, start_version: int, end_version: int) -> pa.Table | None:
+        """`changes` held here, for a range whose files are few (a microbatch's commits) of an
+        unpartitioned copy-on-write table; None otherwise (ask `changes`)."""
+
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
         """The change data feed: rows inserted and deleted by versions ``start..end`` inclusive
         (of a merge-on-read table: the range's net change, `lakelog.lake.changes.net_changes`)."""

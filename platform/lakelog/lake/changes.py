@@ -9,11 +9,14 @@ removed files, so a version older than the last vacuum can no longer be read.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -30,6 +33,7 @@ class _FileChange:
     version: int
     timestamp: datetime
     change: str  # "insert" | "delete"
+    size: int = 0
 
 
 def log_actions(fs: pafs.FileSystem, table_fs_path: str, version: int) -> Iterator[dict]:
@@ -66,9 +70,11 @@ def _file_changes(
         stamp = _timestamp(actions)
         for action in actions:
             if "add" in action and action["add"].get("dataChange", True):
-                changes.append(_FileChange(action["add"]["path"], version, stamp, "insert"))
+                changes.append(_FileChange(action["add"]["path"], version, stamp, "insert",
+                                           action["add"].get("size", 0)))
             elif "remove" in action and action["remove"].get("dataChange", True):
-                changes.append(_FileChange(action["remove"]["path"], version, stamp, "delete"))
+                changes.append(_FileChange(action["remove"]["path"], version, stamp, "delete",
+                                           action["remove"].get("size", 0)))
     return changes
 
 
@@ -116,6 +122,45 @@ def read_changes(
         c.version for c in changes if c.change == "insert"
     }
     return _cancelled(rows, columns) if rewritten else rows
+
+
+def read_changes_arrow(
+    fs: pafs.FileSystem, table_fs_path: str, schema: pa.Schema, start_version: int,
+    end_version: int, *, max_bytes: int,
+) -> pa.Table | None:
+    """`read_changes` of an unpartitioned table without Spark, as Arrow (`_change_type`,
+    `_commit_version`): None when the range's files hold more than `max_bytes`."""
+    changes = _file_changes(fs, table_fs_path, start_version, end_version)
+    if sum(c.size for c in changes) > max_bytes:
+        return None
+    parts = []
+    for change in changes:
+        try:
+            rows = pq.read_table(f"{table_fs_path}/{change.path}", filesystem=fs,
+                                 schema=schema, partitioning=None)
+        except FileNotFoundError as exc:
+            raise ChangesUnavailableError(
+                f"the change feed of version {change.version} needs {change.path}, which was "
+                "vacuumed; read changes from a later version") from exc
+        n = rows.num_rows
+        parts.append(rows.append_column("_change_type", pa.array([change.change] * n, pa.string()))
+                     .append_column("_commit_version", pa.array([change.version] * n, pa.int64())))
+    if not parts:
+        return pa.schema([*schema, pa.field("_change_type", pa.string()),
+                          pa.field("_commit_version", pa.int64())]).empty_table()
+    rows = pa.concat_tables(parts)
+    # As `_cancelled`: an insert and a delete of the same row in one version cancel out.
+    values = [json.dumps(r, sort_keys=True, default=str)
+              for r in rows.select(schema.names).to_pylist()]
+    kinds, versions = rows["_change_type"].to_pylist(), rows["_commit_version"].to_pylist()
+    total = Counter(zip(versions, values, kinds))
+    seen: Counter = Counter()
+    keep = []
+    for version, value, kind in zip(versions, values, kinds):
+        seen[version, value, kind] += 1
+        other = "delete" if kind == "insert" else "insert"
+        keep.append(seen[version, value, kind] > total[version, value, other])
+    return rows.filter(pa.array(keep, pa.bool_()))
 
 
 def net_changes(

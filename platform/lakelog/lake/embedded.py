@@ -36,11 +36,16 @@ from lakelog.errors import (
     TableNotFoundError,
 )
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
-from lakelog.lake.changes import commit_timestamp, log_actions, net_changes, read_changes
+from lakelog.lake.changes import (
+    commit_timestamp, log_actions, net_changes, read_changes, read_changes_arrow,
+)
 from lakelog.lake import data_files, driver_write
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
+
+#: The most bytes of Parquet a change feed is read from here (`changes_arrow`), not by Spark.
+CHANGES_HERE_BYTES = 32 << 20
 
 TABLE_DEFAULTS = {
     # lakelog writes footer stats for every top-level column; without this, readers keep only
@@ -350,6 +355,16 @@ class EmbeddedLake:
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:
         return self._delta(path).history(limit)
+
+    def changes_arrow(self, path: str, start_version: int, end_version: int) -> pa.Table | None:
+        latest = self.snapshot(path, end_version)
+        before = self.snapshot(path, start_version - 1) if start_version > 0 else None
+        if latest.partition_columns or merge_keys(latest.properties) or (
+                before is not None and merge_keys(before.properties)):
+            return None
+        return read_changes_arrow(
+            self._fs, self._fs_path(path), pa.schema(latest.table.schema().to_arrow()),
+            start_version, end_version, max_bytes=CHANGES_HERE_BYTES)
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
         latest = self.snapshot(path)

@@ -220,3 +220,28 @@ def test_debezium_default_encodings_are_decoded(lake, spark, now):
         "after.updated_at: noon is not a timestamp (an ISO-8601 time or epoch milliseconds, "
         "microseconds or nanoseconds)",
     ]
+
+
+def test_change_counts_held_here_equal_the_change_feed(lake, spark, now, table, monkeypatch):
+    """Upserts (some rewriting unchanged rows of their files), a stale change, deletes: the
+    counts of each version range, read here from the copy-on-write table's files, are those
+    of its change feed through Spark; a merge-on-read table's net change asks Spark."""
+    from lakelog.cdc.compacted import change_counts
+
+    batches = [
+        [change("c", k, lsn=k, name=f"n{k}") for k in range(1, 8)],
+        [change("u", 2, lsn=20, name="x"), change("d", 5, lsn=21), change("u", 3, lsn=1)],
+        [change("c", 8, lsn=30, name="n8"), change("d", 2, lsn=31), change("u", 7, lsn=32,
+                                                                          name="y")],
+    ]
+    for lines in batches:
+        apply(lake, spark, now, lines, table)
+    last = lake.snapshot(table.path).version
+    held = {(a, b): change_counts(lake, table.path, a, b)
+            for a in range(1, last + 1) for b in range(a, last + 1)}
+    assert (lake.changes_arrow(table.path, 1, last) is None) == table.merge_on_read
+    monkeypatch.setattr(type(lake), "changes_arrow", lambda *args: None)
+    feed = {(a, b): change_counts(lake, table.path, a, b) for a, b in held}
+    assert held == feed
+    assert held[1, last] != {"rows_upserted": 0, "rows_tombstoned": 0}
+    assert sum(c["rows_tombstoned"] for (a, b), c in held.items() if a == b) >= 2
