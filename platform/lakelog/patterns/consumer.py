@@ -104,7 +104,7 @@ def advance(p: Pattern, batch: BatchInput) -> dict[str, Any]:
     return p.watermark.advance(batch.state, top, batch.now)
 
 
-def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes]:
+def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes | None]:
     before, after = watermark_of(batch.state), watermark_of(batch.next_state)
     new = reduce(DataFrame.unionByName, [
         _events(p, n, batch.records[t.name], before, batch=batch.batch)
@@ -126,9 +126,21 @@ def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes]:
         kept = every.join(found.where(F.col("_step") < 0).select("_id"), "_id", "left_semi")
     return {
         output(p).path: matches,
-        late(p).path: new.where(F.col("_late")).select(*LATE.fieldNames()),
+        # None (the batch's transaction alone, no job) when the log's statistics show no event
+        # older than the watermark before the batch.
+        late(p).path: new.where(F.col("_late")).select(*LATE.fieldNames())
+        if _may_be_late(batch, before) else None,
         state.path: Changes(kept, files=batch.outputs[state.path].files(), replace=True),
     }
+
+
+def _may_be_late(batch: BatchInput, before: datetime | None) -> bool:
+    if before is None:
+        return False
+    stats = RangeStats.combined(batch.stats.values())
+    if stats is None:
+        return True
+    return stats.event_time is not None and to_us(stats.event_time[0]) < to_us(before)
 
 
 def _events(p: Pattern, index: int, records: DataFrame, before: datetime | None, *,
