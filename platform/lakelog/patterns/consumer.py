@@ -51,8 +51,9 @@ LATE = T.StructType([
     T.StructField("record", T.StringType()),
     T.StructField("batch", T.LongType()),
 ])
-FOUND = "_id string, _match string, _step int"  # _step -1: kept pending
-_FOUND_ARROW = pa.schema([("_id", pa.string()), ("_match", pa.string()), ("_step", pa.int32())])
+#: What the matcher adds to an event: its match (the id of the match's first event) and step;
+#: step -1: kept pending.
+FOUND = (T.StructField("_match", T.StringType()), T.StructField("_step", T.IntegerType()))
 ORDER = ("_t", "_k", "partition", "offset")
 
 
@@ -120,10 +121,9 @@ def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes | 
     else:
         match = partial(_match_batches, p.compiled(), to_us(after), tuple(p.key))
         by_key = every.repartition(*p.key).sortWithinPartitions(*p.key, *ORDER)
-        found = batch.cached(by_key.mapInArrow(match, FOUND))
-        matched = every.join(found.where(F.col("_step") >= 0), "_id")
-        matches = _rows(p, matched, batch=batch.batch)
-        kept = every.join(found.where(F.col("_step") < 0).select("_id"), "_id", "left_semi")
+        found = batch.cached(by_key.mapInArrow(match, T.StructType([*state.schema, *FOUND])))
+        matches = _rows(p, found.where(F.col("_step") >= 0), batch=batch.batch)
+        kept = found.where(F.col("_step") < 0).select(*state.schema.fieldNames())
     return {
         output(p).path: matches,
         # None (the batch's transaction alone, no job) when the log's statistics show no event
@@ -179,8 +179,9 @@ def _events(p: Pattern, index: int, records: DataFrame, before: datetime | None,
 def _match_batches(pattern: Compiled, watermark_us: int, keys: Sequence[str],
                    batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Events sorted by key then `ORDER` (in a Python worker) → per key, the matched events with
-    their match and step, and the events still pending (step -1). A key's events may end one
-    batch and go on in the next: the last key of a batch waits for the next one."""
+    their match and step, and the events still pending (step -1), each with its columns (so
+    nothing is joined back). A key's events may end one batch and go on in the next: the last
+    key of a batch waits for the next one."""
     held: pa.Table | None = None  # the last key's events so far
     for batch in batches:
         events = pa.Table.from_batches([batch])
@@ -189,18 +190,19 @@ def _match_batches(pattern: Compiled, watermark_us: int, keys: Sequence[str],
         starts = [0, *(i for i in range(1, len(key)) if key[i] != key[i - 1])]
         if len(key) > 0:
             held = events.slice(starts[-1])
-            yield _match_runs(pattern, watermark_us, events.slice(0, starts[-1]), starts[:-1])
+            yield from _match_runs(pattern, watermark_us, events.slice(0, starts[-1]),
+                                   starts[:-1]).to_batches()
     if held is not None:
-        yield _match_runs(pattern, watermark_us, held, [0])
+        yield from _match_runs(pattern, watermark_us, held, [0]).to_batches()
 
 
 def _match_runs(pattern: Compiled, watermark_us: int, events: pa.Table,
-                starts: list[int]) -> pa.RecordBatch:
+                starts: list[int]) -> pa.Table:
     """The matcher over each key's events, `starts` being where each key's run begins."""
     ids, times = events.column("_id").to_pylist(), events.column("_t").to_pylist()
     flags = list(zip(*(events.column(c).to_pylist()
                        for c in events.column_names if c.startswith("_f"))))
-    out_id: list[str] = []
+    taken: list[int] = []
     out_match: list[str | None] = []
     out_step: list[int] = []
     bounds = [*starts, events.num_rows]
@@ -210,16 +212,16 @@ def _match_runs(pattern: Compiled, watermark_us: int, events: pa.Table,
         for m in result.matches:
             first = ids[lo + m[0][0]]
             for i, step in m:
-                out_id.append(ids[lo + i])
+                taken.append(lo + i)
                 out_match.append(first)
                 out_step.append(step)
         pending = range(lo + result.keep_from, hi)
-        out_id.extend(ids[i] for i in pending)
+        taken.extend(pending)
         out_match.extend([None] * len(pending))
         out_step.extend([-1] * len(pending))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(out_id, pa.string()), pa.array(out_match, pa.string()),
-         pa.array(out_step, pa.int32())], schema=_FOUND_ARROW)
+    return (events.take(pa.array(taken, pa.int64()))
+            .append_column("_match", pa.array(out_match, pa.string()))
+            .append_column("_step", pa.array(out_step, pa.int32())))
 
 
 def _rows(p: Pattern, matched: DataFrame, *, batch: int) -> DataFrame:
