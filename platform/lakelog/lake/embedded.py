@@ -239,15 +239,7 @@ class EmbeddedLake:
         txns: Sequence[AppTxn] = (),
         metadata: CommitMetadata | None = None,
     ) -> int:
-        table = table.select(snapshot.schema.fieldNames())
-        groups = driver_write.groups(table, snapshot.partition_columns) if table.num_rows else []
-        if groups is None:  # a partition value Spark would escape: Spark names its folder
-            return self.write(snapshot, self.spark.createDataFrame(table), txns=txns,
-                              metadata=metadata)
-        adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path), groups)
-        if callable(metadata):
-            metadata = metadata(table.num_rows)
-        return self._commit(snapshot, adds, [], txns, metadata)
+        return self._write_held(snapshot, table, [], txns, metadata)
 
     def write_rows(
         self,
@@ -261,11 +253,28 @@ class EmbeddedLake:
         if snapshot.partition_columns:
             raise ValueError("write_rows is for small unpartitioned tables")
         removed = list(snapshot.files()) if mode == "overwrite" else []
-        adds = []
-        if rows:
-            schema = pa.schema(snapshot.table.schema().to_arrow())
-            adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path),
-                                          [("", pa.Table.from_pylist(list(rows), schema=schema))])
+        schema = pa.schema(snapshot.table.schema().to_arrow())
+        table = pa.Table.from_pylist(list(rows), schema=schema)
+        return self._write_held(snapshot, table, removed, txns, metadata)
+
+    def _write_held(
+        self,
+        snapshot: DeltaSnapshot,
+        table: pa.Table,
+        removed: Sequence[DataFile],
+        txns: Sequence[AppTxn],
+        metadata: CommitMetadata | None,
+    ) -> int:
+        """Rows already in this process written by pyarrow into the table's partition folders
+        and committed with `removed` (no rows: no file)."""
+        table = table.select(snapshot.schema.fieldNames())
+        groups = driver_write.groups(table, snapshot.partition_columns) if table.num_rows else []
+        if groups is None:  # a partition value Spark would escape: Spark names its folder
+            return self.write(snapshot, self.spark.createDataFrame(table), remove=removed,
+                              txns=txns, metadata=metadata)
+        adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path), groups)
+        if callable(metadata):
+            metadata = metadata(table.num_rows)
         return self._commit(snapshot, adds, removed, txns, metadata)
 
     def _commit(

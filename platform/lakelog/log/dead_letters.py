@@ -6,9 +6,13 @@ bad record can be fixed and produced again; nothing is dropped silently.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 
 PATH = "log/_dead_letters"
 
@@ -34,3 +38,11 @@ def dead_letter_rows(parsed: DataFrame, *, topic: str) -> DataFrame:
         F.col("error").alias("reason"),
         F.col("_ingest_time").alias("ingest_time"),
     )
+
+
+def owed(lake: Lake, txns: Sequence[AppTxn]) -> Snapshot | None:
+    """The dead-letter table (created if new) to write a batch's dead letters to, or None when
+    a commit carrying one of the batch's `txns` holds them already (a retry)."""
+    lake.create_table(PATH, SCHEMA, partition_by=["topic"])
+    snapshot = lake.snapshot(PATH)
+    return None if any(already_committed(snapshot, t) for t in txns) else snapshot

@@ -22,7 +22,6 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from lakelog.lake import Lake, Snapshot
-from lakelog.log import dead_letters
 from lakelog.log.topics import Topic
 
 #: The most bytes of lines an ingest batch holds in this process (about as much again as Arrow).
@@ -95,8 +94,3 @@ def with_offsets(records: pa.Table, heads: Mapping[int, int], order: Sequence[st
     first = np.array([heads.get(int(partitions[s]), 0) for s in starts], dtype=np.int64)
     offsets = np.repeat(first - np.asarray(starts, dtype=np.int64), sizes) + np.arange(n)
     return records.append_column("offset", pa.array(offsets, pa.int64()))
-
-
-def dead_letter_table(lake: Lake) -> Snapshot:
-    lake.create_table(dead_letters.PATH, dead_letters.SCHEMA, partition_by=["topic"])
-    return lake.snapshot(dead_letters.PATH)

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.lake import AppTxn, CommitMetadata, Lake, Snapshot, already_committed, driver_write
+from lakelog.lake import AppTxn, CommitMetadata, Lake, Snapshot, driver_write
 from lakelog.log import dead_letters, held_batch, landing
 from lakelog.log.offsets import AppendResult, append, partition_of
 from lakelog.log.records import INGEST_TIME, event_time, parse_lines, to_envelope, typed_fields
@@ -208,11 +208,9 @@ def _append_held(
         "partition", partition_of(F.col("key"), topic.partitions))
     good, bad = held_batch.split(driver_write.collect(rows)[0])
     read = good.num_rows + bad.num_rows
-    if bad.num_rows:
-        dl_snapshot = held_batch.dead_letter_table(lake)
-        if not any(already_committed(dl_snapshot, t) for t in txns):
-            lake.write_table(dl_snapshot, held_batch.dead_letter_rows(bad, topic=topic.name),
-                             txns=txns)
+    if bad.num_rows and (dl_snapshot := dead_letters.owed(lake, txns)) is not None:
+        lake.write_table(dl_snapshot, held_batch.dead_letter_rows(bad, topic=topic.name),
+                         txns=txns)
     bounds = held_batch.time_bounds(good)
     counts: dict[str, int] = {}
     metadata = _metadata(extra, counts, read=read, bad=bad.num_rows)
@@ -251,11 +249,10 @@ def _append_with_spark(
         ).collect()
         read, bad = stats["read"], stats["bad"]
         bounds = (stats["lo"], stats["hi"]) if stats["lo"] is not None else None
-        if bad:  # none: nothing to commit, and a retry parses the same lines to none again
-            dl_snapshot = held_batch.dead_letter_table(lake)
-            if not any(already_committed(dl_snapshot, t) for t in txns):
-                dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
-                lake.write(dl_snapshot, dead, txns=txns, rows_hint=bad)
+        # None bad: nothing to commit, and a retry parses the same lines to none again.
+        if bad and (dl_snapshot := dead_letters.owed(lake, txns)) is not None:
+            dead = dead_letters.dead_letter_rows(parsed, topic=topic.name)
+            lake.write(dl_snapshot, dead, txns=txns, rows_hint=bad)
         good = to_envelope(_with_headers(parsed.where(F.col("error").isNull())), topic,
                            keep=ORDER)
         counts: dict[str, int] = {}
