@@ -189,10 +189,14 @@ class Lake(Protocol):
         snapshot: Snapshot,
         table: pa.Table,
         *,
+        remove: Sequence[DataFile] = (),
         txns: Sequence[AppTxn] = (),
         metadata: CommitMetadata | None = None,
+        max_records_per_file: int | None = None,
     ) -> int:
-        """`write` (an append) for rows already in this process, in the table's schema."""
+        """`write` for rows already in this process, in the table's schema: added, and `remove`
+        removed, in one commit; files of at most `max_records_per_file` rows in `table`'s
+        order."""
 
     def write_rows(
         self,

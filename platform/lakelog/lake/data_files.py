@@ -18,12 +18,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame
-from pyspark.sql.types import StructType
 
-from lakelog.errors import SchemaMismatchError
 from lakelog.lake import driver_write
 from lakelog.lake.delta_snapshot import DeltaSnapshot
-from lakelog.lake.schema import describe_mismatch, widen, widened
+from lakelog.lake.schema import widen
 from lakelog.lake.stats import partition_values, stats_json
 
 STAGING = "_staging"
@@ -45,40 +43,16 @@ def write(
     if driver_write.is_small_write(rows_hint):
         # The schema comes with the rows (no look-up of its own): a mismatch is found once the
         # rows are here, and nothing is written.
-        table, actual = driver_write.collect(df)
-        actual = _checked(snapshot, widened(actual, expected))
+        table = driver_write.conformed(snapshot, *driver_write.collect(df))
         if table.num_rows == 0:
             return []
-        table = _arrow_widened(table, actual).select(expected.fieldNames())
         groups = driver_write.groups(table, snapshot.partition_columns)
         if groups is not None:
             return write_arrow(fs, table_root, groups, max_records_per_file)
     df, actual = widen(df, expected)
-    _checked(snapshot, actual)
+    driver_write.checked(snapshot, actual)
     df = df.select(*expected.fieldNames())
     return _write_with_spark(fs, table_root, spark_root, snapshot, df, max_records_per_file)
-
-
-def _checked(snapshot: DeltaSnapshot, actual: StructType) -> StructType:
-    problem = describe_mismatch(expected=snapshot.schema, actual=actual)
-    if problem:
-        raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
-    return actual
-
-
-#: Arrow types of the types a column widens to (`lakelog.lake.schema.widened`).
-_ARROW_WIDE = {"short": pa.int16(), "integer": pa.int32(), "long": pa.int64(),
-               "double": pa.float64()}
-
-
-def _arrow_widened(table: pa.Table, schema: StructType) -> pa.Table:
-    """`table` with its widened columns (`schema` says which) cast as Spark would cast them."""
-    for f in schema.fields:
-        wide = _ARROW_WIDE.get(f.dataType.typeName())
-        column = table.schema.get_field_index(f.name)
-        if wide is not None and table.schema.field(column).type != wide:
-            table = table.set_column(column, f.name, table[f.name].cast(wide))
-    return table
 
 
 def write_arrow(

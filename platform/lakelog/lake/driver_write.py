@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +26,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
+
+from lakelog.errors import SchemaMismatchError
+from lakelog.lake.schema import describe_mismatch, widened
+
+if TYPE_CHECKING:
+    from lakelog.lake import Snapshot
 
 #: The most rows (by the caller's estimate) written this way; more go through a Spark write.
 SMALL_WRITE_ROWS = 50_000
@@ -51,6 +57,33 @@ def collect(df: DataFrame) -> tuple[pa.Table, StructType]:
         table, schema = df._to_table()
         return table, schema if schema is not None else df.schema  # a server that sent none
     return df.toArrow(), df.schema
+
+
+def checked(snapshot: Snapshot, actual: StructType) -> StructType:
+    """`actual`, the schema of rows to write into `snapshot`'s table; a clear error if it is
+    not the table's (after widening)."""
+    problem = describe_mismatch(expected=snapshot.schema, actual=actual)
+    if problem:
+        raise SchemaMismatchError(f"cannot write to {snapshot.path}: {problem}")
+    return actual
+
+
+#: Arrow types of the types a column widens to (`lakelog.lake.schema.widened`).
+_ARROW_WIDE = {"short": pa.int16(), "integer": pa.int32(), "long": pa.int64(),
+               "double": pa.float64()}
+
+
+def conformed(snapshot: Snapshot, table: pa.Table, actual: StructType) -> pa.Table:
+    """Collected rows (`collect`) in the columns of `snapshot`'s table, their widened columns
+    cast as Spark would cast them; a clear error if their schema is not the table's."""
+    expected = snapshot.schema
+    actual = checked(snapshot, widened(actual, expected))
+    for f in actual.fields:
+        wide = _ARROW_WIDE.get(f.dataType.typeName())
+        column = table.schema.get_field_index(f.name)
+        if wide is not None and table.schema.field(column).type != wide:
+            table = table.set_column(column, f.name, table[f.name].cast(wide))
+    return table.select(expected.fieldNames())
 
 
 def groups(table: pa.Table, partition_columns: Sequence[str]) -> list[tuple[str, pa.Table]] | None:

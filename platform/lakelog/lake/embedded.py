@@ -236,10 +236,12 @@ class EmbeddedLake:
         snapshot: DeltaSnapshot,
         table: pa.Table,
         *,
+        remove: Sequence[DataFile] = (),
         txns: Sequence[AppTxn] = (),
         metadata: CommitMetadata | None = None,
+        max_records_per_file: int | None = None,
     ) -> int:
-        return self._write_held(snapshot, table, [], txns, metadata)
+        return self._write_held(snapshot, table, remove, txns, metadata, max_records_per_file)
 
     def write_rows(
         self,
@@ -264,6 +266,7 @@ class EmbeddedLake:
         removed: Sequence[DataFile],
         txns: Sequence[AppTxn],
         metadata: CommitMetadata | None,
+        max_records_per_file: int | None = None,
     ) -> int:
         """Rows already in this process written by pyarrow into the table's partition folders
         and committed with `removed` (no rows: no file)."""
@@ -271,8 +274,10 @@ class EmbeddedLake:
         groups = driver_write.groups(table, snapshot.partition_columns) if table.num_rows else []
         if groups is None:  # a partition value Spark would escape: Spark names its folder
             return self.write(snapshot, self.spark.createDataFrame(table), remove=removed,
-                              txns=txns, metadata=metadata)
-        adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path), groups)
+                              txns=txns, metadata=metadata,
+                              max_records_per_file=max_records_per_file)
+        adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path), groups,
+                                      max_records_per_file)
         if callable(metadata):
             metadata = metadata(table.num_rows)
         return self._commit(snapshot, adds, removed, txns, metadata)

@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, held_merge
 from lakelog.lake.base import is_small, overlapping
 
 
@@ -116,7 +116,12 @@ def _merge(
     txns: Sequence[AppTxn],
     metadata: Mapping[str, Any] | None,
 ) -> int:
-    """`upsert`'s commit: `candidates` rewritten with `incoming` (about `rows` rows) merged in."""
+    """`upsert`'s commit: `candidates` rewritten with `incoming` (about `rows` rows) merged in;
+    by `lakelog.lake.held_merge` when the rows are few."""
+    if held_merge.holds(snapshot, candidates, rows):
+        return held_merge.merge(lake, snapshot, incoming, candidates, keys=keys,
+                                newer_by=newer_by, rows_per_file=rows_per_file, deletes=deletes,
+                                txns=txns, metadata=metadata)
     existing = lake.read(snapshot, files=candidates)
     if deletes is not None:
         existing = existing.join(deletes.select(*keys).distinct(), list(keys), "left_anti")

@@ -1,0 +1,119 @@
+"""A keyed upsert of few rows into a few stored rows, worked out in this process.
+
+Merged by Spark, a microbatch's upsert (`lakelog.lake.upsert`) is a plan of joins — the stored
+rows against the deletes, the incoming rows against the stored versions (`newer_by`), the stored
+rows against the winners — each a broadcast or a shuffle, each a Spark job of its own under
+adaptive execution, for a few hundred rows. Here the incoming rows and the keys to delete come
+back in one Spark job (`driver_write.collect`), the candidate files are read by pyarrow, and the
+joins are Arrow hash joins on the key columns alone (the rows are then taken by index, so any
+column type rides along).
+
+The result is Spark's merge: a stored row is kept unless its key is deleted or has a winning
+incoming row; an incoming row wins unless `newer_by` says the stored row of its key is as new or
+newer (a null on either side decides as Spark's comparison does: the incoming row loses unless
+there is no stored row); null keys match nothing. Clustered tables (`rows_per_file`) get their
+rows sorted by key and cut into files of that many rows.
+
+Only a copy-on-write unpartitioned table qualifies (`holds`): a merge-on-read table's current
+rows are worked out by a read of its own, and files read by pyarrow carry no partition values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write
+from lakelog.lake.merge_on_read import merge_keys
+
+#: The most stored rows (those of the candidate files) merged here: one clustered file's worth.
+HELD_STORED_ROWS = 250_000
+
+_DELETE, _INDEX, _STORED = "_lakelog_delete", "_lakelog_index", "_lakelog_stored"
+
+
+def holds(snapshot: Snapshot, candidates: Sequence[DataFile], rows: int | None) -> bool:
+    """Whether an upsert of about `rows` incoming rows into `candidates` is merged here."""
+    return (
+        driver_write.is_small_write(rows)
+        and sum(f.num_records for f in candidates) <= HELD_STORED_ROWS
+        and not snapshot.partition_columns
+        and merge_keys(snapshot.properties) is None
+    )
+
+
+def merge(
+    lake: Lake,
+    snapshot: Snapshot,
+    incoming: DataFrame,
+    candidates: Sequence[DataFile],
+    *,
+    keys: Sequence[str],
+    newer_by: str | None,
+    rows_per_file: int | None,
+    deletes: DataFrame | None,
+    txns: Sequence[AppTxn],
+    metadata: Mapping[str, Any] | None,
+) -> int:
+    """`lakelog.lake.upsert`'s commit, merged here: `candidates` replaced by their rows with
+    `incoming` merged in and the keys of `deletes` taken out."""
+    keys = list(keys)
+    rows, gone = _collected(snapshot, incoming, deletes, keys)
+    stored = lake.read_arrow(snapshot, files=candidates)
+    rows = rows.cast(stored.schema)
+    if gone is not None and gone.num_rows:
+        stored = stored.take(_unmatched(stored, gone.cast(stored.select(keys).schema), keys))
+    if newer_by is not None and rows.num_rows and stored.num_rows:
+        rows = rows.take(_newer(rows, stored, keys, newer_by))
+    merged = pa.concat_tables([stored.take(_unmatched(stored, rows.select(keys), keys)), rows])
+    if rows_per_file:
+        merged = merged.sort_by([(k, "ascending") for k in keys])
+    return lake.write_table(snapshot, merged, remove=candidates, txns=txns, metadata=metadata,
+                            max_records_per_file=rows_per_file)
+
+
+def _collected(
+    snapshot: Snapshot, incoming: DataFrame, deletes: DataFrame | None, keys: list[str]
+) -> tuple[pa.Table, pa.Table | None]:
+    """The incoming rows, in the table's columns, and the keys to delete: one Spark job."""
+    names = snapshot.schema.fieldNames()
+    frame = incoming.select(*names, F.lit(False).alias(_DELETE))
+    if deletes is not None:
+        frame = frame.unionByName(deletes.select(*keys, F.lit(True).alias(_DELETE)),
+                                  allowMissingColumns=True)
+    table, actual = driver_write.collect(frame)
+    flagged = table[_DELETE]
+    rows = table.filter(pc.invert(flagged)).drop_columns([_DELETE])
+    actual = StructType([f for f in actual.fields if f.name != _DELETE])
+    rows = driver_write.conformed(snapshot, rows, actual)
+    return rows, None if deletes is None else table.filter(flagged).select(keys)
+
+
+def _indexed(table: pa.Table, columns: list[str]) -> pa.Table:
+    return table.select(columns).append_column(
+        _INDEX, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def _unmatched(table: pa.Table, other: pa.Table, keys: list[str]) -> pa.Array:
+    """The indices, in order, of `table`'s rows whose key is not among `other`'s."""
+    if not other.num_rows:
+        return pa.array(np.arange(table.num_rows, dtype=np.int64))
+    kept = _indexed(table, keys).join(other, keys=keys, join_type="left anti")
+    return pa.array(np.sort(kept[_INDEX].to_numpy()))
+
+
+def _newer(rows: pa.Table, stored: pa.Table, keys: list[str], newer_by: str) -> pa.Array:
+    """The indices, in order, of the incoming rows that win: no stored row of their key, or a
+    greater `newer_by` than its."""
+    versions = stored.select([*keys, newer_by]).rename_columns([*keys, _STORED])
+    found = _indexed(rows, [*keys, newer_by]).join(versions, keys=keys, join_type="left outer")
+    wins = pc.or_kleene(pc.is_null(found[_STORED]),
+                        pc.greater(found[newer_by], found[_STORED]))
+    return pa.array(np.sort(found.filter(pc.fill_null(wins, False))[_INDEX].to_numpy()))
