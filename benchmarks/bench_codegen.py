@@ -12,10 +12,14 @@ compiled, loaded and JIT-compiled again. This runs, side by side in one run, per
   server is stopped.
 
 The settings alternate (off, on, off, on, ... for `--rounds`), so a drift of the machine's load
-touches both. With ``--ingest N`` it also times, in one classic local[N] session of this
-process, `ingest_topics` of N workload events into a fresh lake per attempt, the two code
-generation settings alternated three times each (the first of each is the warm-up):
-one large batch, where the rows' own cost dominates. Prints one JSON object on stdout.
+touches both. Two more settings compare other per-query costs against lakelog's defaults:
+``codegen_off_aqe_off`` (adaptive execution off) and ``g1_gc`` (the JVM's default garbage
+collector, G1, instead of the parallel one lakelog's server runs with).
+
+With ``--ingest N`` it also times, in one classic local[N] session of this process,
+`ingest_topics` of N workload events into a fresh lake per attempt, the two code generation
+settings alternated three times each (the first of each is the warm-up): one large batch,
+where the rows' own cost dominates. Prints one JSON object on stdout.
 
     python benchmarks/bench_codegen.py --events 100000 --rounds 1 > codegen.json
     python benchmarks/bench_codegen.py --rounds 0 --ingest 100000 > codegen-ingest.json
@@ -36,7 +40,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from bench_common import SPARK_CODEGEN, spark_codegen
-from lakelog.spark.server import ServerConfig, ensure_running, status, stop
+from lakelog.spark.server import (
+    DEFAULT_JAVA_OPTIONS, ServerConfig, ensure_running, status, stop,
+)
 
 LAKELOG = [sys.executable, "-m", "lakelog.cli"]
 #: Spark's own defaults: whole-stage code generation, generated code wherever it compiles.
@@ -45,7 +51,11 @@ SETTINGS = {
     "codegen_on": SPARK_CODEGEN,
     # Another per-query cost, for comparison: adaptive execution re-plans at every stage.
     "codegen_off_aqe_off": {"spark.sql.adaptive.enabled": "false"},
+    # lakelog's defaults but the JVM's own garbage collector (G1) instead of the parallel one.
+    "g1_gc": {},
 }
+#: The server JVM's flags per setting (lakelog's `DEFAULT_JAVA_OPTIONS` unless named here).
+JAVA_OPTIONS = {"g1_gc": "-XX:+UseG1GC"}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -56,7 +66,8 @@ def cpu_seconds(pid: int) -> float:
 def one_demo(setting: str, args) -> dict:
     state = Path(tempfile.mkdtemp(prefix=f"lakelog-bench-codegen-{setting}-"))
     config = ServerConfig(port=args.port, master=f"local[{args.cores}]", memory=args.memory,
-                          state_dir=state, conf=SETTINGS[setting])
+                          state_dir=state, conf=SETTINGS[setting],
+                          java_options=JAVA_OPTIONS.get(setting, DEFAULT_JAVA_OPTIONS))
     started = time.perf_counter()
     ensure_running(config)
     server_start = time.perf_counter() - started

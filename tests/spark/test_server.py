@@ -113,6 +113,12 @@ def test_settings_come_from_arguments_then_the_environment(tmp_path):
                     "spark.driver.bindAddress=127.0.0.1", "spark.driver.host=127.0.0.1",
                     "spark.sql.session.timeZone=UTC"):
         assert setting in command
+    java = next(a for a in config.command() if a.startswith("spark.driver.extraJavaOptions="))
+    assert java.endswith(" -XX:+UseParallelGC") and "-Dlog4j2.configurationFile=" in java
+    env["LAKELOG_SPARK_SERVER_JAVA_OPTIONS"] = "-XX:+UseG1GC -Xss4m"
+    java = next(a for a in ServerConfig.from_environment(env).command()
+                if a.startswith("spark.driver.extraJavaOptions="))
+    assert java.endswith(" -XX:+UseG1GC -Xss4m") and "UseParallelGC" not in java
 
 
 @pytest.mark.parametrize("env, message", [
