@@ -28,24 +28,41 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import DoubleType, FloatType, StructType
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write
 from lakelog.lake.merge_on_read import merge_keys
 
-#: The most stored rows (those of the candidate files) merged here: one clustered file's worth.
+#: The most stored rows (those of the candidate files) merged here: one clustered file's worth,
+#: and at most this many bytes of their files (a file without statistics counts no rows).
 HELD_STORED_ROWS = 250_000
+HELD_STORED_BYTES = 64 << 20
 
-_DELETE, _INDEX, _STORED = "_lakelog_delete", "_lakelog_index", "_lakelog_stored"
+_PREFIX = "_lakelog_"
+_DELETE, _INDEX, _STORED = f"{_PREFIX}delete", f"{_PREFIX}index", f"{_PREFIX}stored"
 
 
-def holds(snapshot: Snapshot, candidates: Sequence[DataFile], rows: int | None) -> bool:
-    """Whether an upsert of about `rows` incoming rows into `candidates` is merged here."""
+def holds(
+    snapshot: Snapshot, candidates: Sequence[DataFile], rows: int | None, *,
+    keys: Sequence[str], newer_by: str | None,
+) -> bool:
+    """Whether an upsert of about `rows` incoming rows into `candidates` is merged here.
+
+    Not when a key or `newer_by` is a floating-point column (Spark normalizes -0.0 and NaN in
+    joins and orders NaN above every number; Arrow compares them as they are), nor when
+    `newer_by` is a key or a column's name is one of the merge's own.
+    """
+    types = {f.name: f.dataType for f in snapshot.schema.fields}
+    compared = [*keys, *([newer_by] if newer_by else [])]
     return (
         driver_write.is_small_write(rows)
         and sum(f.num_records for f in candidates) <= HELD_STORED_ROWS
+        and sum(f.size for f in candidates) <= HELD_STORED_BYTES
         and not snapshot.partition_columns
         and merge_keys(snapshot.properties) is None
+        and not any(isinstance(types.get(c), (FloatType, DoubleType)) for c in compared)
+        and newer_by not in keys
+        and not any(name.startswith(_PREFIX) for name in types)
     )
 
 
@@ -67,9 +84,12 @@ def merge(
     keys = list(keys)
     rows, gone = _collected(snapshot, incoming, deletes, keys)
     stored = lake.read_arrow(snapshot, files=candidates)
-    rows = rows.cast(stored.schema)
+    # Nullable throughout, as Spark's rows are: a cast to a non-null field would refuse a null.
+    schema = pa.schema([f.with_nullable(True) for f in stored.schema])
+    stored, rows = stored.cast(schema), rows.cast(schema)
     if gone is not None and gone.num_rows:
-        stored = stored.take(_unmatched(stored, gone.cast(stored.select(keys).schema), keys))
+        gone = gone.cast(pa.schema([schema.field(k) for k in keys]))
+        stored = stored.take(_unmatched(stored, gone, keys))
     if newer_by is not None and rows.num_rows and stored.num_rows:
         rows = rows.take(_newer(rows, stored, keys, newer_by))
     merged = pa.concat_tables([stored.take(_unmatched(stored, rows.select(keys), keys)), rows])
@@ -86,7 +106,12 @@ def _collected(
     names = snapshot.schema.fieldNames()
     frame = incoming.select(*names, F.lit(False).alias(_DELETE))
     if deletes is not None:
-        frame = frame.unionByName(deletes.select(*keys, F.lit(True).alias(_DELETE)),
+        # In the table's key types: a union would otherwise widen the incoming rows' keys to
+        # the deletes' (a bigint delete key makes an int key column bigint). A key that does
+        # not fit the type becomes null and matches nothing, as it matched nothing stored.
+        types = {f.name: f.dataType for f in snapshot.schema.fields}
+        typed = [F.col(k).try_cast(types[k]).alias(k) for k in keys]
+        frame = frame.unionByName(deletes.select(*typed, F.lit(True).alias(_DELETE)),
                                   allowMissingColumns=True)
     table, actual = driver_write.collect(frame)
     flagged = table[_DELETE]

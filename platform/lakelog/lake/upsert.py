@@ -118,7 +118,7 @@ def _merge(
 ) -> int:
     """`upsert`'s commit: `candidates` rewritten with `incoming` (about `rows` rows) merged in;
     by `lakelog.lake.held_merge` when the rows are few."""
-    if held_merge.holds(snapshot, candidates, rows):
+    if held_merge.holds(snapshot, candidates, rows, keys=keys, newer_by=newer_by):
         return held_merge.merge(lake, snapshot, incoming, candidates, keys=keys,
                                 newer_by=newer_by, rows_per_file=rows_per_file, deletes=deletes,
                                 txns=txns, metadata=metadata)

@@ -3,6 +3,9 @@ the rows or named by the caller who read them."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
+
 import pytest
 from pyspark.sql import types as T
 
@@ -50,88 +53,145 @@ RICH = T.StructType([
     T.StructField("amount", T.DecimalType(18, 2)),
     T.StructField("tags", T.ArrayType(T.StringType())),
     T.StructField("place", T.StructType([T.StructField("city", T.StringType())])),
+    T.StructField("attrs", T.MapType(T.StringType(), T.StringType())),
 ])
+KEYS = ("user", "start")
 
 
-def _rich(user, minute, version, tags=("a",)):
-    from datetime import datetime
-    from decimal import Decimal
+def _at(minute):
+    return None if minute is None else datetime(2026, 1, 1, 0, minute)
 
-    start = None if minute is None else datetime(2026, 1, 1, 0, minute)
-    return (user, start, version, Decimal(f"{minute or 0}.25"), list(tags), (f"c-{user}",))
+
+def _rich(user, minute, version, tag="a"):
+    return (user, _at(minute), version, Decimal(f"{minute or 0}.25"), [tag], (f"c-{user}",),
+            {"tag": tag})
 
 
 def _everything(lake, path):
-    return sorted((tuple(r) for r in lake.read(lake.snapshot(path)).collect()), key=repr)
+    rows = lake.read(lake.snapshot(path)).collect()
+    return sorted((tuple(r) for r in rows), key=repr)
 
 
-@pytest.fixture(params=["held", "spark"])
-def merged_by(request, monkeypatch):
-    """Each upsert merged here (the default for few rows) or by Spark."""
-    if request.param == "spark":
-        monkeypatch.setattr(held_merge, "HELD_STORED_ROWS", -1)
-    return request.param
-
-
-def test_the_held_merge_takes_small_upserts(lake):
-    lake.create_table("t", RICH)
-    snapshot = lake.snapshot("t")
-    assert held_merge.holds(snapshot, snapshot.files(), 1000)
-    assert not held_merge.holds(snapshot, snapshot.files(), None)  # no idea how many rows
-    assert not held_merge.holds(snapshot, snapshot.files(), 10_000_000)
-
-
-def test_both_merges_give_the_same_rows(spark, lake, merged_by):
-    """Compound keys, a version column with nulls on both sides, deletes (one of a key not
-    stored, one null), nested and decimal columns, clustered files: Spark's merge and the held
-    one leave the same rows, and the held one's files keep their key ranges."""
-    keys, stored = ("user", "start"), [
-        _rich(f"u{i % 7}", i, i % 3) for i in range(30)] + [
+def _scenario(spark, lake, path, *, newer_by, rows_per_file, named):
+    """Stored rows, then one upsert of every kind of incoming row and delete; the rows after."""
+    lake.create_table(path, RICH)
+    stored = [_rich(f"u{i % 7}", i, i % 3) for i in range(30)] + [
         _rich("u-null-version", 1, None), _rich("u-null-start", None, 1)]
-    outcome = {}
-    for path in ("found", "named"):
-        lake.create_table(path, RICH)
-        upsert(lake, lake.snapshot(path), spark.createDataFrame(stored, RICH), keys=keys,
-               newer_by="version", rows_per_file=8, rows_hint=len(stored))
-        incoming = spark.createDataFrame([
-            _rich("u1", 1, 5, ("new",)),        # newer: wins
-            _rich("u2", 2, 0, ("older",)),      # stored version 2: loses
-            _rich("u3", 3, 0, ("same",)),       # stored version 0: equal, loses
-            _rich("u4", 4, None, ("null",)),    # null version against a stored one: loses
-            _rich("u-null-version", 1, 0, ("beats null",)),  # stored null: wins
-            _rich("u-null-start", None, 9, ("null key",)),   # a null key matches nothing
-            _rich("new", 59, 1, ("added",)),
-        ], RICH)
-        deletes = spark.createDataFrame(
-            [("u5", _rich("", 5, 0)[1]), ("nobody", _rich("", 6, 0)[1]), (None, None)],
-            "user string, start timestamp")
-        snapshot = lake.snapshot(path)
-        upsert(lake, snapshot, incoming, keys=keys, newer_by="version", rows_per_file=8,
-               deletes=deletes, rows_hint=7,
-               candidates=snapshot.files() if path == "named" else None)
-        outcome[path] = _everything(lake, path)
-    assert outcome["found"] == outcome["named"]
-    rows = {(r[0], r[1]): r for r in outcome["named"]}
-    assert rows[("u1", _rich("", 1, 0)[1])][4] == ["new"]
-    assert rows[("u2", _rich("", 2, 0)[1])][4] == ["a"]
-    assert rows[("u3", _rich("", 3, 0)[1])][4] == ["a"]
-    assert rows[("u4", _rich("", 4, 0)[1])][4] == ["a"]
-    assert rows[("u-null-version", _rich("", 1, 0)[1])][4] == ["beats null"]
-    assert ("u5", _rich("", 5, 0)[1]) not in rows and ("new", _rich("", 59, 0)[1]) in rows
-    assert sum(1 for r in outcome["named"] if r[0] == "u-null-start") == 2
-    assert len(outcome["named"]) == 32 - 1 + 2
-    files = lake.snapshot("named").files()
-    assert all(f.num_records <= 8 for f in files) and len(files) >= 4
-    if merged_by == "held":  # clustered: the files' user ranges do not overlap
+    upsert(lake, lake.snapshot(path), spark.createDataFrame(stored, RICH), keys=KEYS,
+           newer_by=newer_by, rows_per_file=rows_per_file, rows_hint=len(stored))
+    incoming = spark.createDataFrame([
+        _rich("u1", 1, 5, "new"),        # newer: wins
+        _rich("u2", 2, 0, "older"),      # stored version 2: loses
+        _rich("u3", 3, 0, "same"),       # stored version 0: equal, loses
+        _rich("u4", 4, None, "null"),    # null version against a stored one: loses
+        _rich("u-null-version", 1, 0, "beats null"),  # stored null: wins
+        _rich("u-null-start", None, 9, "null key"),   # a null key matches nothing
+        _rich("u6", 6, 9, "deleted, then upserted"),  # deleted and upserted at once: upserted
+        _rich("new", 59, 1, "added"),
+        _rich("twice", 58, 1, "first"), _rich("twice", 58, 1, "second"),  # both kept
+    ], RICH)
+    deletes = spark.createDataFrame(
+        [("u5", _at(5)), ("u6", _at(6)), ("nobody", _at(6)), (None, None)],
+        "user string, start timestamp")
+    snapshot = lake.snapshot(path)
+    upsert(lake, snapshot, incoming, keys=KEYS, newer_by=newer_by, rows_per_file=rows_per_file,
+           deletes=deletes, rows_hint=10, candidates=snapshot.files() if named else None)
+    return _everything(lake, path)
+
+
+class Calls(list):
+    by_spark: object
+
+
+@pytest.fixture
+def merges(monkeypatch):
+    """Counts the held merges; `by_spark()` turns them off."""
+    calls, real = Calls(), held_merge.merge
+    monkeypatch.setattr(held_merge, "merge", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def by_spark():
+        monkeypatch.setattr(held_merge, "HELD_STORED_ROWS", -1)
+
+    calls.by_spark = by_spark
+    return calls
+
+
+@pytest.mark.parametrize("newer_by, rows_per_file, named", [
+    ("version", 8, True), ("version", 8, False), (None, None, True),
+])
+def test_the_held_merge_gives_the_rows_of_sparks(spark, lake, merges, newer_by, rows_per_file,
+                                                  named):
+    """Compound keys, a version column with nulls on both sides, deletes (of a stored key, a
+    missing one, a null one, one upserted at once), duplicate incoming keys, nested, map and
+    decimal columns, clustered files or not: the merge held here leaves Spark's rows."""
+    options = {"newer_by": newer_by, "rows_per_file": rows_per_file, "named": named}
+    held = _scenario(spark, lake, "held", **options)
+    assert len(merges) == 2  # both upserts were merged here
+    merges.by_spark()
+    assert _scenario(spark, lake, "spark", **options) == held and len(merges) == 2
+    rows = {}
+    for r in held:
+        rows.setdefault((r[0], r[1]), []).append(r[4][0])
+    expected = {("u1", 1): ["new"], ("u-null-version", 1): ["beats null"],
+                ("u6", 6): ["deleted, then upserted"], ("new", 59): ["added"],
+                ("twice", 58): ["first", "second"]}
+    expected |= ({("u2", 2): ["a"], ("u3", 3): ["a"], ("u4", 4): ["a"]} if newer_by else
+                 {("u2", 2): ["older"], ("u3", 3): ["same"], ("u4", 4): ["null"]})
+    for (user, minute), tags in expected.items():
+        assert sorted(rows[(user, _at(minute))]) == tags
+    assert ("u5", _at(5)) not in rows and len(rows[("u-null-start", None)]) == 2
+    assert len(held) == 32 - 1 + 1 + 2 + 1  # u5 gone (u6 replaced); new, twice ×2, a null key
+    if rows_per_file:  # clustered: at most 8 rows a file, the files' user ranges disjoint
+        files = lake.snapshot("held").files()
+        assert all(f.num_records <= 8 for f in files) and len(files) >= 4
         ranges = sorted((f.min_values.get("user"), f.max_values.get("user"))
                         for f in files if f.min_values.get("user") is not None)
         assert all(hi <= lo for (_, hi), (lo, _) in zip(ranges, ranges[1:]))
 
 
-def test_a_held_merge_of_the_wrong_schema_is_refused_and_writes_nothing(spark, lake):
+INT_KEYED = T.StructType([T.StructField("k", T.IntegerType()), T.StructField("v", T.StringType())])
+
+
+def test_delete_keys_of_a_wider_type_and_deleting_everything(spark, lake, merges):
+    """Deletes whose key is a bigint for an int key (a union would have widened the incoming
+    rows' key to bigint too) and an upsert that deletes every row: Spark's result, here."""
+    outcome = {}
+    for path in ("held", "spark"):
+        if path == "spark":
+            merges.by_spark()
+        lake.create_table(path, INT_KEYED)
+        upsert(lake, lake.snapshot(path), spark.createDataFrame([(k, "old") for k in range(5)],
+                                                                INT_KEYED), keys=("k",), rows_hint=5)
+        upsert(lake, lake.snapshot(path), spark.createDataFrame([(1, "new")], INT_KEYED),
+               keys=("k",), deletes=spark.createDataFrame([(2,), (1 << 40,)], "k long"),
+               rows_hint=1)
+        outcome[path] = sorted(tuple(r) for r in lake.read(lake.snapshot(path)).collect())
+        nothing = spark.createDataFrame([], INT_KEYED)
+        upsert(lake, lake.snapshot(path), nothing, keys=("k",), rows_hint=0,
+               deletes=spark.createDataFrame([(k,) for k in range(5)], "k long"))
+        assert lake.read(lake.snapshot(path)).count() == 0
+        assert lake.snapshot(path).files() == []
+    assert merges == [1, 1, 1]  # three upserts held, then none
+    assert outcome["held"] == outcome["spark"] == [(0, "old"), (1, "new"), (3, "old"), (4, "old")]
+
+
+def test_the_held_merge_takes_small_upserts_of_comparable_keys(lake):
+    lake.create_table("t", RICH)
+    snapshot = lake.snapshot("t")
+    assert held_merge.holds(snapshot, [], 1000, keys=KEYS, newer_by="version")
+    assert not held_merge.holds(snapshot, [], None, keys=KEYS, newer_by=None)  # how many?
+    assert not held_merge.holds(snapshot, [], 10_000_000, keys=KEYS, newer_by=None)
+    assert not held_merge.holds(snapshot, [], 1000, keys=KEYS, newer_by="user")  # a key
+    lake.create_table("f", T.StructType([T.StructField("x", T.DoubleType())]))
+    assert not held_merge.holds(lake.snapshot("f"), [], 1000, keys=("x",), newer_by=None)
+    lake.create_table("p", RICH, partition_by=["user"])
+    assert not held_merge.holds(lake.snapshot("p"), [], 1000, keys=KEYS, newer_by=None)
+
+
+def test_a_held_merge_of_the_wrong_schema_is_refused_and_writes_nothing(spark, lake, merges):
     lake.create_table("t", SCHEMA)
     before = lake.snapshot("t")
     wrong = spark.createDataFrame([(1, 2)], "k long, v long")
     with pytest.raises(SchemaMismatchError, match="cannot write to t"):
         upsert(lake, before, wrong, keys=("k",), rows_hint=1)
-    assert lake.snapshot("t").version == before.version
+    assert merges == [1] and lake.snapshot("t").version == before.version
