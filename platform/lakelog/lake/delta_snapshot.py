@@ -32,6 +32,12 @@ class DeltaSnapshot:
         return spark_schema(self.table.schema().to_json())
 
     @property
+    def arrow_schema(self) -> pa.Schema:
+        """The table's schema in Arrow types, as delta-rs maps them (what pyarrow reads and
+        writes its files in)."""
+        return pa.schema(self.table.schema().to_arrow())
+
+    @property
     def partition_columns(self) -> list[str]:
         return list(self.table.metadata().partition_columns)
 

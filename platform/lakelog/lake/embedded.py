@@ -222,7 +222,7 @@ class EmbeddedLake:
         if files is None:
             return snapshot.table.to_pyarrow_dataset().to_table(
                 columns=None if columns is None else list(columns), filter=where)
-        schema = pa.schema(snapshot.table.schema().to_arrow())
+        schema = snapshot.arrow_schema
         names = list(columns or schema.names)
         if not files:
             return pa.schema([schema.field(c) for c in names]).empty_table()
@@ -255,7 +255,7 @@ class EmbeddedLake:
         if snapshot.partition_columns:
             raise ValueError("write_rows is for small unpartitioned tables")
         removed = list(snapshot.files()) if mode == "overwrite" else []
-        schema = pa.schema(snapshot.table.schema().to_arrow())
+        schema = snapshot.arrow_schema
         table = pa.Table.from_pylist(list(rows), schema=schema)
         return self._write_held(snapshot, table, removed, txns, metadata)
 
@@ -377,7 +377,7 @@ class EmbeddedLake:
                 before is not None and merge_keys(before.properties)):
             return None
         return read_changes_arrow(
-            self._fs, self._fs_path(path), pa.schema(latest.table.schema().to_arrow()),
+            self._fs, self._fs_path(path), latest.arrow_schema,
             start_version, end_version, max_bytes=CHANGES_HERE_BYTES)
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:

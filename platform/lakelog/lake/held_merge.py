@@ -10,8 +10,9 @@ column type rides along).
 
 The result is Spark's merge: a stored row is kept unless its key is deleted or has a winning
 incoming row; an incoming row wins unless `newer_by` says the stored row of its key is as new or
-newer (a null on either side decides as Spark's comparison does: the incoming row loses unless
-there is no stored row); null keys match nothing. Clustered tables (`rows_per_file`) get their
+newer (nulls decide as Spark's left join and comparison do: an incoming row with a null version
+loses to a stored version, and any incoming row wins over a stored null); null keys match
+nothing. Clustered tables (`rows_per_file`) get their
 rows sorted by key and cut into files of that many rows.
 
 Only a copy-on-write unpartitioned table qualifies (`holds`): a merge-on-read table's current
