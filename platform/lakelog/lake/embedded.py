@@ -37,9 +37,9 @@ from lakelog.errors import (
 )
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
 from lakelog.lake.changes import (
-    commit_timestamp, log_actions, net_changes, read_changes, read_changes_arrow,
+    commit_timestamp, net_changes, read_changes, read_changes_arrow,
 )
-from lakelog.lake import data_files, driver_write
+from lakelog.lake import data_files, driver_write, forgetting
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
@@ -435,33 +435,14 @@ class EmbeddedLake:
         return self._delta(path).version()
 
     def purge_removed(self, path: str, through: int) -> list[str]:
-        table_fs_path, current = self._fs_path(path), self.snapshot(path)
-        kept = {f.path for f in current.files()}
-        removed: set[str] = set()
-        for version in range(through + 1):
-            try:
-                actions = list(log_actions(self._fs, table_fs_path, version))
-            except ChangesUnavailableError:  # cleaned up by log retention
-                continue
-            removed.update(a["remove"]["path"] for a in actions if "remove" in a)
-        gone = sorted(removed - kept)
-        present = [p for p in gone
-                   if self._fs.get_file_info(self._fs_path(f"{path}/{unquote(p)}")).type
-                   != pafs.FileType.NotFound]
+        kept = {f.path for f in self.snapshot(path).files()}
+        present = forgetting.removed_files(self._fs, self._fs_path(path), kept, through)
         self._delete_files(path, [unquote(p) for p in present])
         return present
 
     def forget_history(self, path: str, before: int) -> int:
-        self._delta(path, before).create_checkpoint()
-        log = self._fs_path(f"{path}/_delta_log")
-        forgotten = 0
-        for info in self._fs.get_file_info(pafs.FileSelector(log)):
-            name = info.base_name
-            number = name.split(".", 1)[0]
-            if number.isdigit() and int(number) < before and info.type == pafs.FileType.File:
-                self._fs.delete_file(info.path)
-                forgotten += name.endswith(".json")
-        return forgotten
+        self._delta(path, before).create_checkpoint()  # it stands in for the log before it
+        return forgetting.forget_log(self._fs, self._fs_path(f"{path}/_delta_log"), before)
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
         return self._delta(path).vacuum(
