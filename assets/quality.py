@@ -79,10 +79,10 @@ class TableCheck:
         return dg.AssetCheckKey(self.key, self.name)
 
     def scope(self, lake: Lake, snapshot: Snapshot, instance: dg.DagsterInstance) -> "Scope":
-        from lakelog.quality.scope import Scope, topic_scope
+        from lakelog.quality.scope import read_scope, topic_scope
 
         if self.topic is None:
-            return Scope(lake.read(snapshot), self.suite(), "the whole table")
+            return read_scope(lake, snapshot, self.suite(), "the whole table")
         return topic_scope(lake, self.topic, snapshot, passed=passed_version(instance, self))
 
 
@@ -135,8 +135,8 @@ def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.As
                 with engine_errors():
                     snapshot = the_lake.snapshot(check.path)
                     scope = check.scope(the_lake, snapshot, context.instance)
-                    outcome = None if scope.rows is None else validate(scope.rows,
-                                                                      [scope.suite])[0]
+                    outcome = None if scope.rows is None else validate(
+                        scope.rows, [scope.suite], cache=not scope.small)[0]
             except Exception as exc:  # the step fails once the other checks have run
                 failed = failed or exc
                 continue

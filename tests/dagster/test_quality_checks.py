@@ -120,7 +120,7 @@ def test_a_topic_check_validates_what_was_appended_since_it_passed(shop_lake, re
     shop_lake.write(shop_lake.snapshot(ORDERS.path), log.limit(1))
     check, validated = verdict(raise_on_error=False)
     assert not check.passed and validated.startswith("rows added since version")
-    assert check.metadata["failed_expectations"].value == ["unexpected_rows_expectation"]
+    assert check.metadata["failed_expectations"].value == ["expect_no_unexpected_rows"]
     check, validated = verdict(raise_on_error=False)  # after a failure: all of it again
     assert not check.passed and validated == "the whole table"
     assert "expect_compound_columns_to_be_unique" in check.metadata["failed_expectations"].value

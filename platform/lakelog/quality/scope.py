@@ -9,6 +9,10 @@ one the log no longer has, a schema changed since, a compacted topic (compaction
 offsets into new files) — is validated whole. So is a topic after an erasure, which forgets
 the versions before it (`lakelog.erasure`); a topic that had records erased has gaps, which
 its suite then allows.
+
+Rows of a few files (`SMALL_BYTES` in all, as a check of the rows added since it passed
+typically validates) are validated uncached: Spark reads them again for each job faster than it
+caches them.
 """
 
 from __future__ import annotations
@@ -17,26 +21,40 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 
-from lakelog.lake import Lake, Snapshot
+from lakelog.lake import DataFile, Lake, Snapshot
 from lakelog.log.offsets import HEAD_FLOORS, partition_states
 from lakelog.log.topics import Topic
 from lakelog.quality.suites import Suite, topic_suite
 
 
+#: Files of at most this many bytes in all are read again by each validation job, not cached.
+SMALL_BYTES = 32 << 20
+
+
 @dataclass(frozen=True)
 class Scope:
     """The rows to validate (None: none were added since the version that passed), the suite,
-    and what they are, for the check's description."""
+    what they are, for the check's description, and whether they are few enough to go
+    uncached (`validate(cache=not small)`)."""
 
     rows: DataFrame | None
     suite: Suite
     description: str
+    small: bool = False
+
+
+def read_scope(lake: Lake, snapshot: Snapshot, suite: Suite, description: str,
+               files: list[DataFile] | None = None) -> Scope:
+    """The scope of `files` of `snapshot` (default: all of them)."""
+    chosen = snapshot.files() if files is None else files
+    return Scope(lake.read(snapshot, files=files), suite, description,
+                 small=sum(f.size for f in chosen) <= SMALL_BYTES)
 
 
 def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | None) -> Scope:
     """What of `topic` at `snapshot` to validate, given the last version that passed."""
     erased = HEAD_FLOORS in snapshot.properties
-    whole = Scope(lake.read(snapshot), topic_suite(topic, erased=erased), "the whole table")
+    whole = read_scope(lake, snapshot, topic_suite(topic, erased=erased), "the whole table")
     if passed is None or passed > snapshot.version or topic.compaction is not None:
         return whole
     try:
@@ -52,4 +70,4 @@ def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | N
     since = f"rows added since version {passed}, which passed"
     if not added:
         return Scope(None, suite, f"no {since}")
-    return Scope(lake.read(snapshot, files=added), suite, since)
+    return read_scope(lake, snapshot, suite, since, added)

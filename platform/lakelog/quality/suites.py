@@ -6,7 +6,8 @@ A model's suite follows from its config header (``ranges``, ``row_count_change``
 ``unique_key`` of an incremental model); it only warns.
 
 Checks that compare rows with their neighbours (offsets contiguous, validity intervals not
-overlapping) are `UnexpectedRowsExpectation` queries over ``{batch}``, GX's name for the frame.
+overlapping) are queries over ``{batch}``, GX's name for the frame, in `ExpectNoUnexpectedRows`
+(`lakelog.quality.rows`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from lakelog.errors import ConfigError
 from lakelog.log.topics import Topic
 from lakelog.quality import names
 from lakelog.quality.gx import Expectation, gxe
+from lakelog.quality.rows import ExpectNoUnexpectedRows
 from lakelog.views.models import Model
 
 
@@ -111,7 +113,7 @@ def topic_suite(
         if checked:
             values = ", ".join(f"({p}, {h - 1})" for p, h in sorted(checked.items()))
             query = CONTIGUOUS_AFTER.format(checked=values)
-        expectations.append(gxe.UnexpectedRowsExpectation(
+        expectations.append(ExpectNoUnexpectedRows(
             unexpected_rows_query=query,
             description="offsets are contiguous per log partition: no offset is missing "
             "between the log-start offset and the head",
@@ -149,7 +151,7 @@ SELECT {keys}, valid_from, valid_to, next_valid_from FROM (
         names.HISTORY_CHECK,
         (
             _unique(table.key, row_condition="is_current", condition_parser="spark"),
-            gxe.UnexpectedRowsExpectation(
+            ExpectNoUnexpectedRows(
                 unexpected_rows_query=overlaps,
                 description="the validity intervals of a key do not overlap",
             ),

@@ -8,6 +8,7 @@ from quality_helpers import append_page_views, failed
 
 from lakelog.demo.shop import TOPICS
 from lakelog.demo.shop_cdc import CHANGELOGS
+from lakelog.quality import scope as scopes
 from lakelog.quality.scope import topic_scope
 from lakelog.quality.validate import validate
 
@@ -27,12 +28,22 @@ def test_rows_appended_since_a_passing_version_are_validated_alone(lake, spark):
     append_page_views(lake, spark, PAGE_VIEWS, 4)
     scope = scoped(lake, passed)
     assert scope.description == f"rows added since version {passed}, which passed"
-    assert scope.rows.count() == 4
-    [outcome] = validate(scope.rows, [scope.suite])
+    assert scope.rows.count() == 4 and scope.small
+    [outcome] = validate(scope.rows, [scope.suite], cache=not scope.small)
     assert outcome.success, failed(outcome)
 
     whole = scoped(lake, None)
     assert whole.description == "the whole table" and whole.rows.count() == 10
+
+
+def test_only_files_of_a_few_bytes_in_all_are_small(lake, spark, monkeypatch):
+    append_page_views(lake, spark, PAGE_VIEWS, 6)
+    snapshot = lake.snapshot(PAGE_VIEWS.path)
+    size = sum(f.size for f in snapshot.files())
+    monkeypatch.setattr(scopes, "SMALL_BYTES", size)
+    assert scoped(lake, None).small
+    monkeypatch.setattr(scopes, "SMALL_BYTES", size - 1)
+    assert not scoped(lake, None).small
 
 
 def test_a_new_row_at_a_checked_offset_or_past_a_gap_fails(lake, spark):
@@ -49,11 +60,12 @@ def test_a_new_row_at_a_checked_offset_or_past_a_gap_fails(lake, spark):
 
     scope = scoped(lake, passed)
     assert scope.rows.count() == 2
-    [outcome] = validate(scope.rows, [scope.suite])
-    gaps = failed(outcome)["unexpected_rows_expectation"]
-    assert gaps.unexpected_count == 2
-    assert {(r["partition"], r["offset"]) for r in gaps.unexpected_sample} == {
-        (first.partition, 0), (first.partition, head + 2)}
+    for cache in (False, True):
+        [outcome] = validate(scope.rows, [scope.suite], cache=cache)
+        gaps = failed(outcome)["expect_no_unexpected_rows"]
+        assert gaps.unexpected_count == 2
+        assert {(r["partition"], r["offset"]) for r in gaps.unexpected_sample} == {
+            (first.partition, 0), (first.partition, head + 2)}
 
 
 def test_compacted_topics_and_unknown_versions_are_validated_whole(lake, spark):

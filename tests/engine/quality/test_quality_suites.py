@@ -14,6 +14,7 @@ from lakelog.demo.shop import TOPICS
 from lakelog.demo.shop_cdc import COMPACTED, HISTORY
 from lakelog.errors import ConfigError
 from lakelog.quality import names
+from lakelog.quality.rows import COUNT_METRIC, ROWS_METRIC
 from lakelog.quality.suites import (
     compacted_suite,
     history_suite,
@@ -44,7 +45,7 @@ def test_topic_suite_finds_damage_in_a_written_topic(lake, spark):
     found = failed(damaged)
     assert set(found) == {
         "expect_column_values_to_not_be_null", "expect_compound_columns_to_be_unique",
-        "unexpected_rows_expectation",
+        "expect_no_unexpected_rows",
     }
     assert found["expect_column_values_to_not_be_null"].arguments == {"column": "key"}
     assert found["expect_column_values_to_not_be_null"].unexpected_sample == (
@@ -53,7 +54,7 @@ def test_topic_suite_finds_damage_in_a_written_topic(lake, spark):
     duplicate = found["expect_compound_columns_to_be_unique"]
     assert duplicate.unexpected_count == 2
     assert {"partition": row.partition, "offset": 0} in duplicate.unexpected_sample
-    gap = found["unexpected_rows_expectation"]
+    gap = found["expect_no_unexpected_rows"]
     assert gap.unexpected_count == 1 and gap.success is False
     assert gap.unexpected_sample == (
         {"partition": row.partition, "previous_offset": head - 1, "offset": head + 2},
@@ -63,10 +64,10 @@ def test_topic_suite_finds_damage_in_a_written_topic(lake, spark):
 def test_compacted_topic_suite_allows_gaps():
     suite = topic_suite(TOPICS["orders"])
     changelog = topic_suite(next(iter(COMPACTED.values())).topic)
-    queries = [e for e in suite.expectations if e.expectation_type == "unexpected_rows_expectation"]
+    queries = [e for e in suite.expectations if e.expectation_type == "expect_no_unexpected_rows"]
     assert len(queries) == 1
     assert not [e for e in changelog.expectations
-                if e.expectation_type == "unexpected_rows_expectation"]
+                if e.expectation_type == "expect_no_unexpected_rows"]
 
 
 def test_a_topic_with_struct_columns_matches_its_own_schema(spark):
@@ -126,7 +127,7 @@ def test_history_suite_requires_one_current_row_and_disjoint_intervals(lake, spa
     assert current.arguments["row_condition"]["pass_through_filter"] == "is_current"
     assert current.unexpected_count == 2
     assert {r["customer_id"] for r in current.unexpected_sample} == {2}
-    overlap = found["unexpected_rows_expectation"]
+    overlap = found["expect_no_unexpected_rows"]
     assert overlap.unexpected_count == 1
     [sample] = overlap.unexpected_sample
     assert (sample["customer_id"], sample["valid_to"]) == (2, None)
@@ -187,3 +188,37 @@ def test_model_suites_follow_the_config_header():
     assert (count.min_value, count.max_value) == (20, 80)
     first = {s.name: s for s in model_suites(model, previous_rows=0)}
     assert first[names.ROW_COUNT_CHANGE].expectations == ()
+
+
+def test_a_row_query_is_only_counted_when_success_alone_is_asked_for():
+    """GX's UnexpectedRowsExpectation fetches a query's rows and counts them whatever the result
+    format; ExpectNoUnexpectedRows only counts them for BOOLEAN_ONLY."""
+    [query] = [e for e in topic_suite(TOPICS["page_views"]).expectations
+               if e.expectation_type == "expect_no_unexpected_rows"]
+
+    def metrics(result_format):
+        found = query.get_validation_dependencies(
+            runtime_configuration={"result_format": result_format})
+        return set(found.get_metric_names())
+
+    assert metrics("BOOLEAN_ONLY") == {COUNT_METRIC}
+    assert metrics("COMPLETE") == metrics("SUMMARY") == {COUNT_METRIC, ROWS_METRIC}
+
+
+def test_a_passing_row_query_runs_once(lake, spark, monkeypatch):
+    """A sound topic's offsets query runs as one count, not also as a fetch of its rows; a
+    damaged topic's is run again for the rows (the first test above)."""
+    topic = TOPICS["page_views"]
+    append_page_views(lake, spark, topic, 5)
+    queries = []
+    sql = type(spark).sql
+
+    def counted(self, query, *args, **kwargs):
+        if "previous_offset" in query:
+            queries.append(query)
+        return sql(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(type(spark), "sql", counted)
+    [outcome] = validate(lake.read(lake.snapshot(topic.path)), [topic_suite(topic)], cache=False)
+    assert outcome.success, failed(outcome)
+    assert len(queries) == 1  # GX's own UnexpectedRowsExpectation: 2
