@@ -192,3 +192,4 @@ def test_deploy_instance_limits_runs_for_two_cores(tmp_path):
     assert limits[CONSUMER_TAG]["value"] == {"applyLimitPerUniqueValue": True}
     assert concurrency.pool_config.default_pool_limit == 1
     assert concurrency.pool_config.pool_granularity.value == "run"
+    assert instance.run_coordinator.dequeue_interval_seconds == 1  # a requested run starts soon
