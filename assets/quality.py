@@ -6,9 +6,13 @@ not materialized. The checks validate the table as of its newest version — wha
 materialized it just wrote. A topic's check validates only the rows appended since the version
 its latest execution passed at (`lakelog.quality.scope`), so its cost follows the new records,
 not the log's history. Great Expectations is imported inside the check functions: its import
-takes seconds, which loading the code location should not pay.
+takes seconds (about 5 s on 2 cores), which loading the code location should not pay, nor a
+run's critical path: the ingest step, which every topic check follows, starts importing it in
+the background (`preload_checks`), while it waits on Spark.
 """
 
+import importlib
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,6 +33,22 @@ from lakelog.resources import LakeResource
 if TYPE_CHECKING:
     from lakelog.quality.scope import Scope
     from lakelog.quality.suites import Suite
+
+
+_PRELOAD: list[threading.Thread] = []
+
+
+def preload_checks() -> threading.Thread:
+    """Import what the checks run on (Great Expectations) in a background thread, once per
+    process; the check step's own import then finds it done, or waits for it (Python's import
+    lock). A failure there is left for the check step's import to raise."""
+    if not _PRELOAD:
+        thread = threading.Thread(target=importlib.import_module,
+                                  args=("lakelog.quality.validate",), name="lakelog-preload-gx",
+                                  daemon=True)
+        thread.start()
+        _PRELOAD.append(thread)
+    return _PRELOAD[0]
 
 
 def check_result(outcome: SuiteOutcome, *, asset_key: dg.AssetKey | None = None,

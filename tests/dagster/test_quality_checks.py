@@ -3,6 +3,8 @@ the same run, and a model's warning check reports what GX found without stopping
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import dagster as dg
 from pyspark.sql import functions as F
 from shop_records import order
 
+from lakelog.assets import quality
 from lakelog.assets.quality import quality_checks, topic_check
 from lakelog.assets.topics import topic_asset, topic_assets
 from lakelog.assets.views import lakelog_tables, view_definitions
@@ -124,3 +127,29 @@ def test_a_topic_check_validates_what_was_appended_since_it_passed(shop_lake, re
     check, validated = verdict(raise_on_error=False)  # after a failure: all of it again
     assert not check.passed and validated == "the whole table"
     assert "expect_compound_columns_to_be_unique" in check.metadata["failed_expectations"].value
+
+
+def test_great_expectations_is_imported_in_the_background_once():
+    """The ingest step starts it (`preload_checks`), so the checks that follow need not wait
+    seconds for the import; a fresh process shows it, as a run worker is one."""
+    script = (
+        "import sys\n"
+        "from lakelog.assets.quality import preload_checks\n"
+        "assert 'great_expectations' not in sys.modules\n"
+        "thread = preload_checks()\n"
+        "assert preload_checks() is thread and thread.daemon\n"
+        "thread.join(300)\n"
+        "assert 'great_expectations' in sys.modules and 'lakelog.quality.validate' in sys.modules\n"
+        "print('preloaded')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("preloaded")
+
+
+def test_the_ingest_step_preloads_the_checks(lake, land, resources, monkeypatch):
+    monkeypatch.setattr(quality, "_PRELOAD", [])
+    land("orders", "2026-01-05/a.ndjson", [order("o1", "u1", [("p1", 1, 10.0)], second=1)])
+    assert dg.materialize([topic_asset(TOPICS["orders"])], resources=resources).success
+    assert quality._PRELOAD and quality._PRELOAD[0].name == "lakelog-preload-gx"
