@@ -38,6 +38,14 @@ if TYPE_CHECKING:
 _PRELOAD: list[threading.Thread] = []
 
 
+def checks_follow(context: dg.AssetExecutionContext) -> bool:
+    """Whether the run evaluates a check of an asset this step materializes (`lakelog demo`'s
+    runs and a materialization of the asset alone do not)."""
+    selected = context.selected_asset_keys
+    return any(key.asset_key in selected
+               for key in context.job_def.asset_layer.asset_graph.asset_check_keys)
+
+
 def preload_checks() -> threading.Thread:
     """Import what the checks run on (Great Expectations) in a background thread, once per
     process; the check step's own import then finds it done, or waits for it (Python's import

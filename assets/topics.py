@@ -17,7 +17,7 @@ from pydantic import Field
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.metadata import partition_table
 from lakelog.assets.naming import INGEST_POOL, topic_key
-from lakelog.assets.quality import preload_checks
+from lakelog.assets.quality import checks_follow, preload_checks
 from lakelog.lake import Lake
 from lakelog.log.ingest import IngestResult, ingest
 from lakelog.log.offsets import ensure_topic_table, partition_states
@@ -77,7 +77,8 @@ def topic_assets(
         context: dg.AssetExecutionContext, config: IngestConfig, spark: SparkResource,
         lake: LakeResource,
     ) -> Iterator[dg.MaterializeResult]:
-        preload_checks()  # the topic checks follow this step
+        if checks_follow(context):
+            preload_checks()
         the_lake, session = lake.open(), spark.session()
         chosen = [t for key, t in by_key.items() if key in context.selected_asset_keys]
 

@@ -148,8 +148,14 @@ def test_great_expectations_is_imported_in_the_background_once():
     assert done.stdout.strip().endswith("preloaded")
 
 
-def test_the_ingest_step_preloads_the_checks(lake, land, resources, monkeypatch):
-    monkeypatch.setattr(quality, "_PRELOAD", [])
+def test_the_ingest_step_preloads_the_checks_when_they_follow(lake, land, resources, monkeypatch):
+    topic = TOPICS["orders"]
     land("orders", "2026-01-05/a.ndjson", [order("o1", "u1", [("p1", 1, 10.0)], second=1)])
-    assert dg.materialize([topic_asset(TOPICS["orders"])], resources=resources).success
-    assert quality._PRELOAD and quality._PRELOAD[0].name == "lakelog-preload-gx"
+    monkeypatch.setattr(quality, "_PRELOAD", [])
+    assert dg.materialize([topic_asset(topic)], resources=resources).success
+    assert not quality._PRELOAD  # no check in this run: no import of GX either
+
+    land("orders", "2026-01-05/b.ndjson", [order("o2", "u1", [("p1", 1, 10.0)], second=2)])
+    result = dg.materialize([topic_asset(topic), topic_check(topic)], resources=resources)
+    assert result.success and quality._PRELOAD
+    assert quality._PRELOAD[0].name == "lakelog-preload-gx"
