@@ -54,15 +54,18 @@ def read_scope(lake: Lake, snapshot: Snapshot, suite: Suite, description: str,
 def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | None) -> Scope:
     """What of `topic` at `snapshot` to validate, given the last version that passed."""
     erased = HEAD_FLOORS in snapshot.properties
-    whole = read_scope(lake, snapshot, topic_suite(topic, erased=erased), "the whole table")
+
+    def whole() -> Scope:  # read only when chosen: classic Spark resolves every file at once
+        return read_scope(lake, snapshot, topic_suite(topic, erased=erased), "the whole table")
+
     if passed is None or passed > snapshot.version or topic.compaction is not None:
-        return whole
+        return whole()
     try:
         before = lake.snapshot(snapshot.path, passed)
     except Exception:  # noqa: BLE001 - a version the log no longer has: validate it all
-        return whole
+        return whole()
     if before.table_id != snapshot.table_id or before.schema != snapshot.schema:
-        return whole
+        return whole()
     known = {f.path for f in before.files()}
     added = [f for f in snapshot.files() if f.path not in known]
     heads = {p: s.head for p, s in partition_states(before, topic.partitions).items()}
