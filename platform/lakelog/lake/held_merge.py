@@ -104,14 +104,13 @@ def _collected(
     snapshot: Snapshot, incoming: DataFrame, deletes: DataFrame | None, keys: list[str]
 ) -> tuple[pa.Table, pa.Table | None]:
     """The incoming rows, in the table's columns, and the keys to delete: one Spark job."""
-    names = snapshot.schema.fieldNames()
-    frame = incoming.select(*names, F.lit(False).alias(_DELETE))
+    schema = snapshot.schema  # parsed from the Delta log on each access
+    frame = incoming.select(*schema.fieldNames(), F.lit(False).alias(_DELETE))
     if deletes is not None:
         # In the table's key types: a union would otherwise widen the incoming rows' keys to
         # the deletes' (a bigint delete key makes an int key column bigint). A key that does
         # not fit the type becomes null and matches nothing, as it matched nothing stored.
-        types = {f.name: f.dataType for f in snapshot.schema.fields}
-        typed = [F.col(k).try_cast(types[k]).alias(k) for k in keys]
+        typed = [F.col(k).try_cast(schema[k].dataType).alias(k) for k in keys]
         frame = frame.unionByName(deletes.select(*typed, F.lit(True).alias(_DELETE)),
                                   allowMissingColumns=True)
     table, actual = driver_write.collect(frame)
