@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 
+from lakelog.assets.instance_storage import storage_config
 from lakelog.cdc import checkpoint as capture_checkpoint
 from lakelog.consumers import checkpoints
 from lakelog.consumers import lag
@@ -97,10 +98,11 @@ def environment(work: Path, marker: str) -> dict[str, str]:
 
 
 def dagster_home(path: Path) -> None:
-    """deploy/dagster.yaml without its PostgreSQL storage: SQLite under DAGSTER_HOME."""
+    """deploy/dagster.yaml with lakelog's SQLite storage under DAGSTER_HOME instead of its
+    PostgreSQL storage, as deploy/README.md tells a user running it locally."""
     path.mkdir(parents=True)
     config = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
-    del config["storage"]
+    config["storage"] = storage_config({"env": "DAGSTER_HOME"})
     (path / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 
@@ -528,6 +530,7 @@ def main() -> None:
     config.update(workload_start=workload.start.isoformat(), events=workload.events,
                   event_time_minutes=workload.span.total_seconds() / 60)
     dagster_home(work / "dagster_home")
+    os.environ["DAGSTER_HOME"] = str(work / "dagster_home")  # its dagster.yaml names the folder so
     instance = dg.DagsterInstance.from_config(str(work / "dagster_home"))
     sampler = Sampler(marker)
     sampler.start()

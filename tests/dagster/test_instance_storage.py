@@ -1,0 +1,88 @@
+"""lakelog's SQLite instance storage: Dagster's files, one SQLAlchemy engine per file."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import yaml
+from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
+
+from lakelog.assets.instance_storage import Engines, SqliteStorage, storage_config
+from lakelog.assets.runner import open_instance
+
+
+@dg.asset
+def numbers() -> dg.MaterializeResult:
+    return dg.MaterializeResult(metadata={"rows": 3})
+
+
+def materialize(instance: dg.DagsterInstance) -> str:
+    result = dg.materialize([numbers], instance=instance)
+    assert result.success
+    return result.run_id
+
+
+def storage_class(instance: dg.DagsterInstance) -> type:
+    data = instance.get_ref().storage_data
+    return getattr(importlib.import_module(data.module_name), data.class_name)
+
+
+def home_with(path: Path, config: dict) -> str:
+    path.mkdir(parents=True)
+    (path / "dagster.yaml").write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_dagsters_own_classes_read_what_it_stored_and_the_other_way(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))  # the env form of the README
+    home = home_with(tmp_path / "home", {"storage": storage_config({"env": "DAGSTER_HOME"})})
+    ours = dg.DagsterInstance.from_config(home)
+    assert storage_class(ours) is SqliteStorage
+    first = materialize(ours)
+
+    shutil.copytree(home, tmp_path / "plain")
+    (tmp_path / "plain" / "dagster.yaml").write_text("{}\n")  # Dagster's default storage
+    theirs = dg.DagsterInstance.from_config(str(tmp_path / "plain"))
+    assert theirs.get_run_by_id(first).status == dg.DagsterRunStatus.SUCCESS
+    second = materialize(theirs)
+
+    assert storage_class(theirs) is DagsterSqliteStorage
+    ours = dg.DagsterInstance.from_ref(InstanceRef.from_dir(
+        str(tmp_path / "plain"), overrides={"storage": storage_config(str(tmp_path / "plain"))}))
+    event = ours.get_latest_materialization_event(numbers.key)
+    assert event.run_id == second and event.asset_materialization.metadata["rows"].value == 3
+    back = dg.DagsterInstance.from_config(home)
+    assert {r.run_id for r in back.get_runs()} == {first}
+
+
+def test_an_engine_is_built_once_per_file_and_the_least_used_let_go():
+    engines = Engines(2)
+    a = engines.get("sqlite:///a.db")
+    assert engines.get("sqlite:///a.db") is a
+    b = engines.get("sqlite:///b.db")
+    engines.get("sqlite:///a.db")  # a used last: b goes first
+    engines.get("sqlite:///c.db")
+    assert engines.get("sqlite:///a.db") is a and engines.get("sqlite:///b.db") is not b
+
+
+def test_the_runner_stores_through_it_unless_the_yaml_names_a_storage(tmp_path):
+    lake = tmp_path / "lake"
+    instance, where = open_instance(str(lake), {})
+    assert storage_class(instance) is SqliteStorage
+    run = materialize(instance)
+    assert (lake / "dagster" / "history" / "runs" / f"{run}.db").exists()
+
+    # A copied lake keeps its runs in its own folder, not in the original's.
+    shutil.copytree(lake, tmp_path / "copy")
+    copy, _ = open_instance(str(tmp_path / "copy"), {})
+    materialize(copy)
+    assert [r.run_id for r in open_instance(str(lake), {})[0].get_runs()] == [run]
+    assert len(copy.get_runs()) == 2
+
+    own = home_with(tmp_path / "own", {"storage": {"sqlite": {"base_dir": str(tmp_path / "x")}}})
+    chosen, _ = open_instance(str(lake), {"DAGSTER_HOME": own})
+    assert storage_class(chosen) is DagsterSqliteStorage
