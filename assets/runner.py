@@ -46,6 +46,7 @@ RUNNER_HOST, RUNNER_PID = "lakelog/runner_host", "lakelog/runner_pid"
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 #: The `dagster.yaml` keys that choose where an instance is stored.
 STORAGE_KEYS = {"storage", "run_storage", "event_log_storage", "schedule_storage"}
+HOME_FROM_ENVIRONMENT = {"env": INSTANCE_VARIABLE}
 _UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED]
 
@@ -53,9 +54,11 @@ _UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
 def open_instance(lake_root: str, environ: Mapping[str, str]) -> tuple[dg.DagsterInstance, str]:
     """The instance runs are recorded on (see the module docstring), and where it is.
 
-    A persistent one whose `dagster.yaml` names no storage keeps Dagster's SQLite files through
-    `lakelog.assets.instance_storage.SqliteStorage`, which stores a run's events several times
-    faster than Dagster's own classes (the same files: `dagster dev` reads them either way).
+    A persistent one is stored in Dagster's SQLite files through
+    `lakelog.assets.instance_storage.SqliteStorage` (it stores a run's events much faster than
+    Dagster's own classes; `dagster dev` reads the same files either way) unless its
+    `dagster.yaml` names another storage. The file written beside a lake names it relative to
+    ``$DAGSTER_HOME``, so ``DAGSTER_HOME=<lake root>/dagster dagster dev`` uses it too.
     """
     home = environ.get(INSTANCE_VARIABLE)
     if home:
@@ -66,17 +69,20 @@ def open_instance(lake_root: str, environ: Mapping[str, str]) -> tuple[dg.Dagste
     home = Path(lake_root, "dagster").resolve()
     if not (home / "dagster.yaml").exists():
         home.mkdir(parents=True, exist_ok=True)
-        (home / "dagster.yaml").write_text("# The Dagster instance of `lakelog run` and "
-                                           "`lakelog demo` for this lake: Dagster's defaults\n"
-                                           "# (SQLite files under this folder).\n")
+        (home / "dagster.yaml").write_text(
+            "# The Dagster instance of `lakelog run` and `lakelog demo` for this lake: Dagster's\n"
+            "# SQLite files in this folder, stored through lakelog's classes.\n"
+            + yaml.safe_dump({"storage": storage_config(HOME_FROM_ENVIRONMENT)}))
     return _persistent(str(home)), str(home)
 
 
 def _persistent(home: str) -> dg.DagsterInstance:
     path = Path(home, "dagster.yaml")
-    if set((yaml.safe_load(path.read_text()) if path.exists() else None) or {}) & STORAGE_KEYS:
+    config = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
+    if set(config) & STORAGE_KEYS and config.get("storage") != storage_config(
+            HOME_FROM_ENVIRONMENT):
         return dg.DagsterInstance.from_config(home)
-    overrides = {"storage": storage_config(os.path.abspath(home))}
+    overrides = {"storage": storage_config(os.path.abspath(home))}  # $DAGSTER_HOME may be unset
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=overrides))
 
 

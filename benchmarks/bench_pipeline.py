@@ -651,6 +651,7 @@ def demo_step_breakdown(dagster_home: Path, run_ids: list[str]) -> dict:
     """Step durations of the demo's runs, from the Dagster instance it recorded them on."""
     import dagster as dg
 
+    os.environ["DAGSTER_HOME"] = str(dagster_home)  # its dagster.yaml names the folder so
     instance = dg.DagsterInstance.from_config(str(dagster_home))
     steps: dict[str, list[float]] = defaultdict(list)
     runs = []

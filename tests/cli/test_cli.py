@@ -163,7 +163,7 @@ def test_demo_then_lag_and_topics(demo_home):
     conn.close()
 
 
-def test_demo_materializes_every_node_in_dagster_and_the_models(demo_home):
+def test_demo_materializes_every_node_in_dagster_and_the_models(demo_home, monkeypatch):
     """The main job runs through Dagster: the SQL models are built, and the instance beside
     the lake (what `DAGSTER_HOME=<home>/dagster dagster dev` shows) holds a materialization of
     every live asset, from runs of the `pipeline` job."""
@@ -179,6 +179,7 @@ def test_demo_materializes_every_node_in_dagster_and_the_models(demo_home):
     assert len(table(home, "views/customer_lifetime_value")) > 0
     assert summary["models"] == 5 and summary["dagster_instance"] == str(home / "dagster")
 
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))  # its dagster.yaml names it
     instance = dg.DagsterInstance.from_config(str(home / "dagster"))
     runs = [instance.get_run_by_id(r) for r in summary["runs"]]
     assert [r.job_name for r in runs] == ["pipeline"] * 2  # one per batch

@@ -75,6 +75,9 @@ def test_the_runner_stores_through_it_unless_the_yaml_names_a_storage(tmp_path):
     assert storage_class(instance) is SqliteStorage
     run = materialize(instance)
     assert (lake / "dagster" / "history" / "runs" / f"{run}.db").exists()
+    # Its dagster.yaml names the storage by $DAGSTER_HOME, which `dagster dev` sets:
+    config = yaml.safe_load((lake / "dagster" / "dagster.yaml").read_text())
+    assert config == {"storage": storage_config({"env": "DAGSTER_HOME"})}
 
     # A copied lake keeps its runs in its own folder, not in the original's.
     shutil.copytree(lake, tmp_path / "copy")
@@ -86,3 +89,6 @@ def test_the_runner_stores_through_it_unless_the_yaml_names_a_storage(tmp_path):
     own = home_with(tmp_path / "own", {"storage": {"sqlite": {"base_dir": str(tmp_path / "x")}}})
     chosen, _ = open_instance(str(lake), {"DAGSTER_HOME": own})
     assert storage_class(chosen) is DagsterSqliteStorage
+    # A home whose dagster.yaml names no storage (as lakelog wrote them before) gets it.
+    legacy = home_with(tmp_path / "legacy", {"telemetry": {"enabled": False}})
+    assert storage_class(open_instance(str(lake), {"DAGSTER_HOME": legacy})[0]) is SqliteStorage
