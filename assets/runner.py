@@ -55,7 +55,7 @@ def open_instance(lake_root: str, environ: Mapping[str, str]) -> tuple[dg.Dagste
     """The instance runs are recorded on (see the module docstring), and where it is.
 
     A persistent one is stored in Dagster's SQLite files through
-    `lakelog.assets.instance_storage.SqliteStorage` (it stores a run's events much faster than
+    `lakelog.assets.instance_storage.SqliteStorage` (it stores a run's events faster than
     Dagster's own classes; `dagster dev` reads the same files either way) unless its
     `dagster.yaml` names another storage. The file written beside a lake names it relative to
     ``$DAGSTER_HOME``, so ``DAGSTER_HOME=<lake root>/dagster dagster dev`` uses it too.
