@@ -36,6 +36,14 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_collection_modifyitems(config, items):
+    """The files of slow (end-to-end) tests first. `--dist loadfile` hands whole files to the
+    workers in this order: the long ones start at once and the many short engine files even
+    out the two workers at the end, instead of one worker finishing a long file alone."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: each file's tests stay in order
+
+
 def pytest_sessionstart(session):
     # A test Spark server already running belongs to another test run on this port: not ours
     # to stop (LAKELOG_TEST_SPARK_PORT gives concurrent runs servers of their own).
