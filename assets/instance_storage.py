@@ -24,7 +24,6 @@ names a storage of its own (`lakelog.assets.runner.open_instance`).
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -35,15 +34,24 @@ import sqlalchemy as db
 from dagster._core.storage.event_log import SqliteEventLogStorage as _EventLog
 from dagster._core.storage.runs import SqliteRunStorage as _Runs
 from dagster._core.storage.schedules import SqliteScheduleStorage as _Schedules
-from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
+from dagster._core.storage.sqlite_storage import (
+    DagsterSqliteStorage,
+    _event_logs_directory,
+    _runs_directory,
+    _schedule_directory,
+)
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from sqlalchemy.pool import NullPool
 
 
+#: `base_dir` as a `dagster.yaml` spells "the folder $DAGSTER_HOME names".
+FROM_DAGSTER_HOME = {"env": "DAGSTER_HOME"}
+
+
 def storage_config(base_dir: str | Mapping[str, str]) -> dict[str, Any]:
     """The `storage` entry of a `dagster.yaml` that keeps the instance in `base_dir` (a path, or
-    ``{"env": "DAGSTER_HOME"}``) through `SqliteStorage`: the files Dagster's default storage
-    keeps there."""
+    `FROM_DAGSTER_HOME`) through `SqliteStorage`: the files Dagster's default storage keeps
+    there."""
     return {"custom": {"module": __name__, "class": "SqliteStorage",
                        "config": {"base_dir": base_dir}}}
 
@@ -77,38 +85,29 @@ def _transaction(engine: db.Engine) -> Iterator[db.Connection]:
         yield conn
 
 
-class SqliteRunStorage(_Runs):
+class _OneEngine:
+    """Dagster's run or schedule storage (one file), its engine built once."""
+
+    def __init__(self, conn_string: str, inst_data=None) -> None:
+        super().__init__(conn_string, inst_data)
+        self._engine = db.create_engine(conn_string, poolclass=NullPool)
+
+    @classmethod
+    def from_config_value(cls, inst_data, config_value: Mapping[str, Any]):
+        return cls.from_local(inst_data=inst_data, **config_value)
+
+    @contextmanager
+    def connect(self) -> Iterator[db.Connection]:
+        with _transaction(self._engine) as conn:
+            yield conn
+
+
+class SqliteRunStorage(_OneEngine, _Runs):
     """Dagster's `SqliteRunStorage`, its engine built once."""
 
-    def __init__(self, conn_string: str, inst_data=None) -> None:
-        super().__init__(conn_string, inst_data)
-        self._engines = Engines(1)
 
-    @classmethod
-    def from_config_value(cls, inst_data, config_value: Mapping[str, Any]) -> SqliteRunStorage:
-        return cls.from_local(inst_data=inst_data, **config_value)
-
-    @contextmanager
-    def connect(self) -> Iterator[db.Connection]:
-        with _transaction(self._engines.get(self._conn_string)) as conn:
-            yield conn
-
-
-class SqliteScheduleStorage(_Schedules):
+class SqliteScheduleStorage(_OneEngine, _Schedules):
     """Dagster's `SqliteScheduleStorage`, its engine built once."""
-
-    def __init__(self, conn_string: str, inst_data=None) -> None:
-        super().__init__(conn_string, inst_data)
-        self._engines = Engines(1)
-
-    @classmethod
-    def from_config_value(cls, inst_data, config_value: Mapping[str, Any]) -> SqliteScheduleStorage:
-        return cls.from_local(inst_data=inst_data, **config_value)
-
-    @contextmanager
-    def connect(self) -> Iterator[db.Connection]:
-        with _transaction(self._engines.get(self._conn_string)) as conn:
-            yield conn
 
 
 class SqliteEventLogStorage(_EventLog):
@@ -140,10 +139,9 @@ class SqliteStorage(DagsterSqliteStorage):
 
     def __init__(self, base_dir: str, inst_data=None) -> None:
         self.base_dir = base_dir
-        self._run_storage = SqliteRunStorage.from_local(os.path.join(base_dir, "history"))
-        self._event_log_storage = SqliteEventLogStorage(os.path.join(base_dir, "history", "runs"))
-        self._schedule_storage = SqliteScheduleStorage.from_local(
-            os.path.join(base_dir, "schedules"))
+        self._run_storage = SqliteRunStorage.from_local(_runs_directory(base_dir))
+        self._event_log_storage = SqliteEventLogStorage(_event_logs_directory(base_dir))
+        self._schedule_storage = SqliteScheduleStorage.from_local(_schedule_directory(base_dir))
         self._inst_data = inst_data
         super(DagsterSqliteStorage, self).__init__()  # what Dagster's __init__ ends with
 

@@ -33,7 +33,7 @@ from dagster._core.instance.ref import InstanceRef
 
 from lakelog.assets.location import build_location
 from lakelog.assets.gates import verdicts
-from lakelog.assets.instance_storage import storage_config
+from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.assets.naming import CATCH_UP_TAG, capture_key, output_key
 from lakelog.assets.pipeline import PIPELINE
 from lakelog.consumers import Consumer
@@ -46,7 +46,6 @@ RUNNER_HOST, RUNNER_PID = "lakelog/runner_host", "lakelog/runner_pid"
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 #: The `dagster.yaml` keys that choose where an instance is stored.
 STORAGE_KEYS = {"storage", "run_storage", "event_log_storage", "schedule_storage"}
-HOME_FROM_ENVIRONMENT = {"env": INSTANCE_VARIABLE}
 _UNFINISHED = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED]
 
@@ -72,7 +71,7 @@ def open_instance(lake_root: str, environ: Mapping[str, str]) -> tuple[dg.Dagste
         (home / "dagster.yaml").write_text(
             "# The Dagster instance of `lakelog run` and `lakelog demo` for this lake: Dagster's\n"
             "# SQLite files in this folder, stored through lakelog's classes.\n"
-            + yaml.safe_dump({"storage": storage_config(HOME_FROM_ENVIRONMENT)}))
+            + yaml.safe_dump({"storage": storage_config(FROM_DAGSTER_HOME)}))
     return _persistent(str(home)), str(home)
 
 
@@ -80,7 +79,7 @@ def _persistent(home: str) -> dg.DagsterInstance:
     path = Path(home, "dagster.yaml")
     config = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
     if set(config) & STORAGE_KEYS and config.get("storage") != storage_config(
-            HOME_FROM_ENVIRONMENT):
+            FROM_DAGSTER_HOME):
         return dg.DagsterInstance.from_config(home)
     overrides = {"storage": storage_config(os.path.abspath(home))}  # $DAGSTER_HOME may be unset
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(home, overrides=overrides))

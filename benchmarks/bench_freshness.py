@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 
-from lakelog.assets.instance_storage import storage_config
+from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.cdc import checkpoint as capture_checkpoint
 from lakelog.consumers import checkpoints
 from lakelog.consumers import lag
@@ -102,7 +102,7 @@ def dagster_home(path: Path) -> None:
     PostgreSQL storage, as deploy/README.md tells a user running it locally."""
     path.mkdir(parents=True)
     config = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
-    config["storage"] = storage_config({"env": "DAGSTER_HOME"})
+    config["storage"] = storage_config(FROM_DAGSTER_HOME)
     (path / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 

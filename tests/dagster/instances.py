@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def deploy_instance(dagster_home: Path, **overrides: Any) -> Path:
-    """Write `dagster_home`/dagster.yaml from deploy/dagster.yaml minus its storage, with the
-    top-level `overrides` (e.g. a shorter run-monitoring poll); returns `dagster_home`."""
+    """Write `dagster_home`/dagster.yaml from deploy/dagster.yaml, lakelog's SQLite storage in
+    `dagster_home` for its PostgreSQL, with the top-level `overrides` (e.g. a shorter
+    run-monitoring poll); returns `dagster_home`."""
     config = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
     config["storage"] = storage_config(str(dagster_home.resolve()))
     config.update(overrides)
