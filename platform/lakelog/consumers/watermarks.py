@@ -6,8 +6,9 @@ consumer's claim that no record older than it is still expected. It only moves f
 A quiet stream would otherwise never close its last windows. So when no record has arrived for
 `idle_timeout` of processing time, event time is taken to move on with the wall clock: the
 watermark becomes ``max_event_time + (now - last_arrival) - lateness`` (a sensor or schedule
-tick runs the consumer's empty batch that does this, at most once per `idle_timeout`). A record
-that arrives later for a window closed this way is late, like any other.
+tick runs the consumer's empty batch that does this, at most once per `idle_timeout`, and only
+until everything the consumer holds is closed: see `Watermark.idle`). A record that arrives
+later for a window closed this way is late, like any other.
 
 State (JSON, in the checkpoint): ``max_event_us``, ``watermark_us``, ``arrival_us`` (processing
 time of the last batch with records) and ``tick_us`` (of the last idle advance), all epoch
@@ -70,10 +71,21 @@ class Watermark:
         new["watermark_us"] = max(mark, state.get("watermark_us", mark))
         return new
 
-    def idle(self, state: Mapping[str, Any], now: datetime) -> bool:
-        """Whether an empty batch at `now` should advance the watermark of a quiet stream."""
+    def idle(self, state: Mapping[str, Any], now: datetime, *,
+             horizon: timedelta | None = None) -> bool:
+        """Whether an empty batch at `now` should advance the watermark of a quiet stream.
+
+        `horizon`: how far past an event the consumer can still close something that holds it
+        (a window's end, a pattern's or a join's `within`). Once the watermark is that far past
+        the greatest event time, every window, match or buffered record is closed and a further
+        advance would change nothing: no more ticks, until records arrive again.
+        """
         if self.idle_timeout is None or "arrival_us" not in state:
             return False
+        if horizon is not None:
+            closed_at = state["max_event_us"] + to_us(horizon)
+            if state.get("watermark_us", closed_at - 1) >= closed_at:
+                return False
         timeout, at = to_us(self.idle_timeout), to_us(now)
         last = max(state["arrival_us"], state.get("tick_us", state["arrival_us"]))
         return at - state["arrival_us"] >= timeout and at - last >= timeout

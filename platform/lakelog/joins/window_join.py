@@ -36,8 +36,9 @@ gone from the state) and appears in the late table only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame
@@ -118,8 +119,13 @@ class WindowJoin:
             transform=self.transform,
             max_records_per_batch=self.max_records_per_batch,
             advance=self.advance,
-            idle_tick=self.watermark.idle,
+            idle_tick=self.idle_tick,
         )
+
+    def idle_tick(self, state: Mapping[str, Any], now: datetime) -> bool:
+        """Whether a quiet join's watermark should move on (`Watermark.idle`): until it is
+        `within` past the greatest event time, when no buffered record can match or expire."""
+        return self.watermark.idle(state, now, horizon=self.within)
 
     def advance(self, batch: BatchInput) -> dict[str, Any]:
         """The watermark after this batch: its greatest event time on either input, or the idle

@@ -88,7 +88,7 @@ def consumer(p: Pattern) -> Consumer:
         transform=partial(transform, p),
         max_records_per_batch=p.max_records_per_batch,
         advance=partial(advance, p),
-        idle_tick=p.watermark.idle,
+        idle_tick=partial(p.watermark.idle, horizon=p.within),
     )
 
 

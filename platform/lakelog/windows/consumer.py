@@ -59,7 +59,7 @@ def build_consumer(agg: WindowedAggregate) -> Consumer:
         transform=partial(transform, agg),
         max_records_per_batch=agg.max_records_per_batch,
         advance=partial(advance, agg),
-        idle_tick=agg.watermark.idle,
+        idle_tick=partial(agg.watermark.idle, horizon=agg.window.horizon),
     )
 
 

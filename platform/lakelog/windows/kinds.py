@@ -51,6 +51,11 @@ class Hopping:
     def windows_per_event(self) -> int:
         return self.size_us // self.hop_us
 
+    @property
+    def horizon(self) -> timedelta:
+        """How long after an event the last window holding it ends."""
+        return self.size
+
 
 @dataclass(frozen=True)
 class Tumbling:
@@ -73,6 +78,11 @@ class Tumbling:
     def windows_per_event(self) -> int:
         return 1
 
+    @property
+    def horizon(self) -> timedelta:
+        """How long after an event the last window holding it ends."""
+        return self.size
+
 
 @dataclass(frozen=True)
 class Sliding:
@@ -87,6 +97,12 @@ class Sliding:
     def size_us(self) -> int:
         return self.size // MICROSECOND
 
+    @property
+    def horizon(self) -> timedelta:
+        """How long after an event a row it is an input of can still change: the frame of a
+        later event up to `size` after it (an event's own row ends at the event)."""
+        return self.size
+
 
 @dataclass(frozen=True)
 class Session:
@@ -100,6 +116,11 @@ class Session:
     @property
     def gap_us(self) -> int:
         return self.gap // MICROSECOND
+
+    @property
+    def horizon(self) -> timedelta:
+        """How long after its last event a session ends."""
+        return self.gap
 
 
 Fixed = Tumbling | Hopping

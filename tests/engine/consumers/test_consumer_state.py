@@ -62,6 +62,20 @@ def test_watermark_rules():
         Watermark(idle_timeout=timedelta(0))
 
 
+def test_idle_ticks_stop_once_the_horizon_is_closed_and_resume_with_records():
+    horizon = timedelta(minutes=1)  # e.g. a one-minute window: it ends a minute after an event
+    state = MARK.advance({}, BASE, T0)  # the watermark is 10 s behind the event
+    assert MARK.idle(state, T0 + timedelta(minutes=6), horizon=horizon)
+    ticked = MARK.advance(state, None, T0 + timedelta(minutes=6))
+    assert watermark_of(ticked) >= BASE + horizon  # everything an event at BASE is in is closed
+    assert not MARK.idle(ticked, T0 + timedelta(minutes=12), horizon=horizon)
+    assert MARK.idle(ticked, T0 + timedelta(minutes=12))  # with no horizon: every idle_timeout
+    # A new record opens a window again: a tick is due once the stream is quiet for the timeout.
+    again = MARK.advance(ticked, BASE + timedelta(minutes=10), T0 + timedelta(minutes=13))
+    assert not MARK.idle(again, T0 + timedelta(minutes=14), horizon=horizon)
+    assert MARK.idle(again, T0 + timedelta(minutes=19), horizon=horizon)
+
+
 def test_state_is_committed_with_the_batch_and_idle_ticks_close_quiet_streams(spark, lake):
     topic = make_topic()
     topics = {"events": topic}

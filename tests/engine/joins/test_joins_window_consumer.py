@@ -67,3 +67,8 @@ def test_search_clicks_end_to_end(lake, spark, now):
     assert table(lake, JOIN.buffer.path) == []  # every window closed: no state left
     state = checkpoints.load(lake, JOIN.consumer.name).state
     assert watermark_of(state) == at(105) + timedelta(hours=2) - timedelta(minutes=10)
+    # The watermark is `within` past the last event: nothing is left to close, so the quiet join
+    # gets no more ticks (a watermark without that horizon would tick every idle timeout).
+    later = now + timedelta(hours=4)
+    assert JOIN.watermark.idle(state, later) and not JOIN.consumer.idle_tick(state, later)
+    assert consumers.run_until_caught_up(lake, JOIN.consumer, TOPICS, now=lambda: later) == []

@@ -12,6 +12,7 @@ import pytest
 from engine_helpers import CrashAfterCommit
 
 from lakelog import consumers
+from lakelog.consumers import checkpoints
 from lakelog.consumers.watermarks import Watermark, to_us
 from lakelog.demo.shop import CART_EVENTS, CLICKS, ORDERS, SEARCHES
 from lakelog.demo.shop_patterns import ABANDONED_CARTS, SEARCH_REFINEMENTS
@@ -97,6 +98,10 @@ def test_abandoned_carts_across_batches_with_a_late_order_and_a_crash(lake, spar
     consumers.run_until_caught_up(lake, p.consumer, TOPICS, now=lambda: now + timedelta(hours=2))
     assert sorted(r["cart_id"] for r in rows(lake, output(p).path)) == ["c1", "c3", "c9"]
     assert rows(lake, pending(p).path) == []
+    # Every window is closed: no more idle ticks for this quiet stream.
+    state = checkpoints.load(lake, p.consumer.name).state
+    assert not p.consumer.idle_tick(state, now + timedelta(hours=3))
+    assert p.watermark.idle(state, now + timedelta(hours=3))  # without the pattern's horizon
 
 
 def _batch_matches(pattern, lines):

@@ -81,6 +81,9 @@ def test_update_mode_late_records_and_idle_ticks(spark, lake, topic, now):
     closed = rows[("p0", at("10:02:00"))]
     assert (closed.is_final, closed.batch, closed.revision) == (True, 2, 1)
     assert all(r.is_final for r in rows.values())
+    # Every window is final: the quiet stream's ticks stop (they resume once records arrive).
+    assert consumers.run_batch(lake, consumer, topics, now=now + timedelta(minutes=20)) is None
+    assert agg.watermark.idle(state, now + timedelta(minutes=20))  # without the windows' horizon
 
 
 def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topic, now):
