@@ -108,14 +108,22 @@ class BatchInput:
         return self.lake.read(self.outputs[output.path])
 
     def cached(self, df: DataFrame) -> DataFrame:
-        """`df`, kept in memory by the first of this attempt's writes that computes it, for the
-        others (outputs cut from one computation), and released once the writes are done."""
-        kept = df.persist()
+        """`df` computed once, now, for the writes of the outputs cut from it: a local
+        checkpoint, whose rows Spark's block manager keeps and whose plan is a scan of them.
+
+        Not `persist`: a persisted plan is optimized when cached and again in every query that
+        reads it, and its columnar cache is built and then decoded; for a microbatch that cost
+        more than computing the rows once (1,000-record batches, `bench_pipeline.py --parts
+        kinds`: the cart fold 2.06 -> 1.17 s, a pattern's 1.57 -> 1.01 s on a classic session,
+        1.89 -> 1.21 s and 1.49 -> 0.89 s over Spark Connect). `release` lets them go.
+        """
+        kept = df.localCheckpoint(eager=True)
         self.scratch.setdefault(_CACHED, []).append(kept)
         return kept
 
     def release(self) -> None:
-        """Release what `cached` kept."""
+        """Free the rows `cached` kept, now: left to Spark's cleaner, they stay until the JVM
+        collects the frames, and meanwhile spill to disk (hundreds of MB in a measured loop)."""
         for df in self.scratch.pop(_CACHED, []):
             df.unpersist()
 
