@@ -150,23 +150,23 @@ def outputs(
     *,
     read: Sequence[DataFile] | None = None,
     rows_hint: int | None = None,
-    cached: Callable[[DataFrame], DataFrame] | None = None,
+    cached: Callable[[DataFrame], DataFrame],
 ) -> dict[str, DataFrame | Changes | None]:
     """The batch's writes per table, by emit mode and late policy (in commit order).
 
     `read` are the files of the table the batch read its stored windows from (the state in final
     mode): they hold every stored window the batch changes, so its upsert rewrites just those;
     in update mode the rows are their complete new content (`Update.complete`), written in
-    their place without a merge. `cached` keeps the rows both final-mode outputs are cut from
-    (`BatchInput.cached`); without it they are computed into a local checkpoint first. Final
-    windows leave the state once published, unless a later batch may still need them.
+    their place without a merge. `cached` (`BatchInput.cached`) keeps the rows both final-mode
+    outputs are cut from. Final windows leave the state once published, unless a later batch
+    may still need them.
     """
     late = {agg.late_records.path: update.late if update.may_have_late else None}
     if agg.state is None:
         return {**late, agg.windows.path: Changes(
             update.rows, update.deletes, read, rows_hint, replace=update.complete)}
     # Cut into two outputs, computed once.
-    rows = update.rows.localCheckpoint(eager=True) if cached is None else cached(update.rows)
+    rows = cached(update.rows)
     final = rows.where(F.col("is_final"))
     # A sliding row keeps its event's inputs, which the frames of later events are computed
     # from: a final row must stay in the state, as it must for a correction to merge into.
