@@ -114,8 +114,9 @@ class BatchInput:
         Not `persist`: a persisted plan is optimized when cached and again in every query that
         reads it, and its columnar cache is built and then decoded; for a microbatch that cost
         more than computing the rows once (1,000-record batches, `bench_pipeline.py --parts
-        kinds`: the cart fold 2.06 -> 1.17 s, a pattern's 1.57 -> 1.01 s on a classic session,
-        1.89 -> 1.21 s and 1.49 -> 0.89 s over Spark Connect). `release` lets them go.
+        kinds`: the cart fold 2.06 -> 1.18 s, a pattern's 1.57 -> 0.92 s on a classic session,
+        1.89 -> 1.12 s and 1.49 -> 0.82 s over Spark Connect; benchmarks/README.md). `release`
+        lets them go.
         """
         kept = df.localCheckpoint(eager=True)
         self.scratch.setdefault(_CACHED, []).append(kept)
