@@ -3,7 +3,8 @@
 Live are the captures, the topics (changelogs, relayed topics and change streams too), the consumer outputs and
 the SQL models — not the hourly `replays/*`, which are backfilled by hand. One run per tick
 instead of one per topic and consumer: Dagster's launch cost is paid once, and with the
-in-process executor every step of a run shares one process and so one Spark Connect session.
+threaded executor (`lakelog.assets.executor`) every step of a run shares one process and so one
+Spark Connect session, two steps at a time where the graph allows.
 
 Time partitions: the hourly SQL models (``partition_by='hour'``) are partitioned by `HOURLY`,
 everything else in the job is not. Dagster 1.13 accepts one partitions definition per asset job
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from lakelog.assets.executor import threaded_executor
 from lakelog.assets.partitions import HOUR_KEY
 from lakelog.cdc.captured import CapturedSource
 from lakelog.cdc.change_streams import ChangeStream
@@ -94,10 +96,10 @@ class LiveGraph:
         return dg.define_asset_job(
             PIPELINE,
             selection=selection,
-            executor_def=dg.in_process_executor,
+            executor_def=threaded_executor,
             description="Every live asset in dependency order, in one process and one Spark "
-            "session: the pipeline sensor requests the assets with new input and everything "
-            "downstream of them.",
+            "session (two steps at a time where the graph allows): the pipeline sensor requests "
+            "the assets with new input and everything downstream of them.",
         )
 
     def audit_job(self) -> "UnresolvedAssetJobDefinition":

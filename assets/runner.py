@@ -3,8 +3,9 @@
 `lakelog run` and `lakelog demo` do not call the engine themselves: they execute the very job
 whose runs the pipeline sensor requests — captures, ingest, consumers, the orders relay and the
 SQL models, in dependency order — so the CLI and Dagster cannot drift apart. The run executes
-in this process (the in-process executor: every step shares one Spark session) and is recorded
-on a Dagster instance, so the UI shows each asset materialized, with its metadata and lineage:
+in this process, on the job's own executor (`lakelog.assets.executor`: the steps share one
+Spark session, two at a time), and is recorded on a Dagster instance, so the UI shows each asset
+materialized, with its metadata and lineage:
 
 - with ``$DAGSTER_HOME`` set, the instance there — the one `dagster dev` uses;
 - else a persistent instance in ``<lake root>/dagster`` beside the tables it describes
@@ -32,6 +33,7 @@ import yaml
 from dagster._core.instance.ref import InstanceRef
 
 from lakelog.assets.location import build_location
+from lakelog.assets.executor import execute_here
 from lakelog.assets.gates import verdicts
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.assets.naming import CATCH_UP_TAG, capture_key, output_key
@@ -186,7 +188,8 @@ class Runner:
                 asset_check_selection=set(self.live.checks_of(selected)))
         else:
             job = self._job_without_checks().get_subset(asset_selection=set(selected))
-        result = job.execute_in_process(
+        result = execute_here(
+            job,
             instance=self.instance,
             partition_key=self.live.partition_key(selected, now or datetime.now(timezone.utc)),
             tags=self._tags,

@@ -10,6 +10,7 @@ import yaml
 from pyspark.sql import types as T
 
 from lakelog.assets.definitions import defs
+from lakelog.assets.executor import threaded_executor
 from lakelog.assets.location import build_definitions, build_location
 from lakelog.assets.naming import CONSUMER_TAG
 from lakelog.consumers import Consumer, Output
@@ -109,7 +110,7 @@ def test_shop_definitions():
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert sensor.minimum_interval_seconds == 10
     pipeline = defs.resolve_job_def("pipeline")
-    assert pipeline.executor_def.name == dg.in_process_executor.name
+    assert pipeline.executor_def.name == threaded_executor.name  # steps share one process
     replays = {dg.AssetKey(["replays", n]) for n in windows}
     assert pipeline.asset_layer.executable_asset_keys == (
         graph.get_all_asset_keys() - replays - {erasures})

@@ -17,6 +17,7 @@ them.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ SUITE_META = "lakelog_suite"
 RUN_ARGUMENTS = ("batch_id", "result_format")
 #: GX types of the expectations that report the rows a query found, not unexpected values.
 ROW_QUERIES = ("unexpected_rows_expectation", ExpectNoUnexpectedRows.expectation_type)
+#: GX keeps the context it last made in a process global (its project manager): validations on
+#: two threads at once (a run's steps on `lakelog.assets.executor`'s threads) take turns.
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def _context() -> Any:
@@ -97,6 +101,19 @@ def validate(df: DataFrame, suites: Sequence[Suite], *, cache: bool = True
         return [SuiteOutcome(s.name, s.blocking, (), s.description) for s in suites]
     index = [c for c in dict.fromkeys(c for s in suites for c in s.index_columns)
              if c in df.columns]
+    with _ONE_AT_A_TIME:
+        results = _validate(df, tagged, index, cache)
+    found: dict[int, list[ExpectationOutcome]] = {i: [] for i in range(len(suites))}
+    for result in results:
+        found[result.expectation_config.meta[SUITE_META]].append(_outcome(result))
+    return [
+        SuiteOutcome(s.name, s.blocking, tuple(found[i]), s.description)
+        for i, s in enumerate(suites)
+    ]
+
+
+def _validate(df: DataFrame, tagged: list[tuple[int, Expectation]], index: list[str],
+              cache: bool) -> list[Any]:
     cached = df.persist() if cache else df
     try:
         batch = (
@@ -126,10 +143,4 @@ def validate(df: DataFrame, suites: Sequence[Suite], *, cache: bool = True
     finally:
         if cache:
             cached.unpersist()
-    found: dict[int, list[ExpectationOutcome]] = {i: [] for i in range(len(suites))}
-    for result in results:
-        found[result.expectation_config.meta[SUITE_META]].append(_outcome(result))
-    return [
-        SuiteOutcome(s.name, s.blocking, tuple(found[i]), s.description)
-        for i, s in enumerate(suites)
-    ]
+    return results

@@ -1,0 +1,137 @@
+"""The threaded executor: ready steps overlap on threads of the run's process, a step starts
+only after its upstream steps, a failure skips what depends on it, and `execute_here` runs a
+job on it in this process (as `lakelog run` and `lakelog demo` do)."""
+
+from __future__ import annotations
+
+import threading
+
+import dagster as dg
+import pytest
+
+from lakelog.assets.executor import execute_here, threaded_executor
+
+#: How long a step waits for its sibling to arrive before the test fails (not a timing
+#: assertion: two steps that overlap meet at once, steps run one by one never do).
+MEET_TIMEOUT = 30
+
+
+def _graph(record: list[str], *, meet: threading.Barrier | None = None,
+           failing: str | None = None) -> list[dg.AssetsDefinition]:
+    """a → (b, c) → d; b and c meet at `meet` if given; `failing` raises."""
+    lock = threading.Lock()
+
+    def body(name: str) -> None:
+        with lock:
+            record.append(f"start {name} on {threading.current_thread().name}")
+        if meet is not None and name in ("b", "c"):
+            meet.wait(MEET_TIMEOUT)
+        if name == failing:
+            raise RuntimeError(f"{name} fails")
+        with lock:
+            record.append(f"end {name}")
+
+    @dg.asset
+    def a() -> None:
+        body("a")
+
+    @dg.asset(deps=[a])
+    def b() -> None:
+        body("b")
+
+    @dg.asset(deps=[a])
+    def c() -> None:
+        body("c")
+
+    @dg.asset(deps=[b, c])
+    def d() -> None:
+        body("d")
+
+    return [a, b, c, d]
+
+
+def _run(assets: list[dg.AssetsDefinition], max_concurrent: int | None = None
+         ) -> dg.ExecuteInProcessResult:
+    job = dg.define_asset_job("j", executor_def=threaded_executor)
+    defs = dg.Definitions(assets=assets, jobs=[job])
+    config = {} if max_concurrent is None else {
+        "execution": {"config": {"max_concurrent": max_concurrent}}}
+    with dg.DagsterInstance.ephemeral() as instance:
+        return execute_here(defs.resolve_job_def("j"), instance=instance, run_config=config,
+                            tags={}, raise_on_error=False)
+
+
+def test_ready_steps_overlap_and_wait_for_their_upstream_steps():
+    record: list[str] = []
+    result = _run(_graph(record, meet=threading.Barrier(2)))
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    # b and c met at the barrier, so both ran at once, each on a thread of its own.
+    threads = {line.split(" on ")[1] for line in record if line.startswith(("start b", "start c"))}
+    assert len(threads) == 2 and threading.current_thread().name not in threads
+    order = [line.split(" on ")[0] for line in record]
+    assert order[:2] == ["start a", "end a"]
+    assert order.index("start d") > max(order.index("end b"), order.index("end c"))
+    assert {e.asset_key for e in result.get_asset_materialization_events()} == {
+        dg.AssetKey(n) for n in "abcd"}
+    # Each step's events reach the run in the step's order.
+    for step in "abcd":
+        kinds = [e.event_type_value for e in result.all_events if e.step_key == step]
+        assert kinds[0] == "STEP_START" and kinds[-1] == "STEP_SUCCESS", kinds
+
+
+def test_one_at_a_time_when_configured():
+    record: list[str] = []
+    active, most = [0], [0]
+    lock = threading.Lock()
+
+    @dg.asset
+    def a() -> None:
+        record.append("a")
+
+    def sibling(name: str):
+        @dg.asset(name=name, deps=[a])
+        def step() -> None:
+            with lock:
+                active[0] += 1
+                most[0] = max(most[0], active[0])
+            record.append(name)
+            with lock:
+                active[0] -= 1
+        return step
+
+    result = _run([a, sibling("b"), sibling("c"), sibling("e")], max_concurrent=1)
+    assert result.success
+    assert most[0] == 1 and sorted(record) == ["a", "b", "c", "e"]
+
+
+def test_a_failed_step_skips_its_downstream_steps_and_fails_the_run():
+    record: list[str] = []
+    result = _run(_graph(record, failing="b"))
+    assert not result.success
+    failed = [e.step_key for e in result.all_events if e.is_step_failure]
+    assert failed == ["b"]
+    assert "end c" in record and not any(line.startswith("start d") for line in record)
+    assert {e.asset_key for e in result.get_asset_materialization_events()} == {
+        dg.AssetKey("a"), dg.AssetKey("c")}
+
+
+def test_execute_here_records_the_run_on_the_instance_with_its_tags():
+    record: list[str] = []
+    job = dg.define_asset_job("j", executor_def=threaded_executor)
+    defs = dg.Definitions(assets=_graph(record), jobs=[job])
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = execute_here(defs.resolve_job_def("j"), instance=instance, run_config={},
+                              tags={"who": "test"})
+        run = instance.get_run_by_id(result.run_id)
+        assert run.status == dg.DagsterRunStatus.SUCCESS and run.tags["who"] == "test"
+        engine = [e.message for e in result.all_events if e.event_type_value == "ENGINE_EVENT"]
+        assert any("up to 2 threads" in m for m in engine), engine
+
+
+def test_max_concurrent_must_be_positive():
+    job = dg.define_asset_job("j", executor_def=threaded_executor)
+    defs = dg.Definitions(assets=_graph([]), jobs=[job])
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(
+            dg.DagsterInvariantViolationError, match="at least 1, not 0"):
+        execute_here(defs.resolve_job_def("j"), instance=instance,
+                     run_config={"execution": {"config": {"max_concurrent": 0}}}, tags={})
