@@ -57,8 +57,13 @@ from dagster._core.execution.tags import get_tag_concurrency_limits_config
 from dagster._core.executor.base import Executor
 from dagster._utils.error import serializable_error_info_from_exc_info
 
+from lakelog.errors import ConfigError
+
 #: Steps at once by default: a step waits on the server about as long as it works itself.
 MAX_CONCURRENT = 2
+#: Steps at once for runs whose config does not say (``execution: config: max_concurrent``):
+#: the sensor's runs, `lakelog run` and `lakelog demo`. 1 runs the steps one by one.
+STEPS_VARIABLE = "LAKELOG_STEPS_AT_ONCE"
 #: How often the run's thread looks for a termination while steps are under way.
 POLL_SECONDS = 0.5
 _DONE = object()
@@ -74,7 +79,7 @@ class ThreadedExecutor(Executor):
     ) -> None:
         self._retries = retries
         if max_concurrent < 1:
-            raise dg.DagsterInvariantViolationError(
+            raise ConfigError(
                 f"the threaded executor's max_concurrent must be at least 1, not {max_concurrent}")
         self.max_concurrent = max_concurrent
         self.tag_concurrency_limits = list(tag_concurrency_limits or [])
@@ -184,6 +189,17 @@ class ThreadedExecutor(Executor):
                 yield from _trigger_hook(step_context, step_events)
 
 
+def steps_at_once(environ: Mapping[str, str]) -> int:
+    """`STEPS_VARIABLE`'s number of steps at once, or `MAX_CONCURRENT`."""
+    value = environ.get(STEPS_VARIABLE, "").strip()
+    if not value:
+        return MAX_CONCURRENT
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{STEPS_VARIABLE} must be a whole number, not {value!r}") from None
+
+
 def execute_here(
     job: dg.JobDefinition,
     *,
@@ -228,8 +244,9 @@ def _run_step(key: str, step_context: Any, events: queue.Queue) -> None:
     config_schema={
         "retries": get_retries_config(),
         "max_concurrent": dg.Field(
-            int, is_required=False, default_value=MAX_CONCURRENT,
-            description="Steps run at once, on threads of the run's process."),
+            int, is_required=False,
+            description=f"Steps run at once, on threads of the run's process (default: "
+                        f"${STEPS_VARIABLE}, else {MAX_CONCURRENT})."),
         "tag_concurrency_limits": get_tag_concurrency_limits_config(),
         "step_dependency_config": get_step_dependency_config_field(),
     },
@@ -239,7 +256,8 @@ def threaded_executor(init_context: dg.InitExecutorContext) -> ThreadedExecutor:
     config = init_context.executor_config
     return ThreadedExecutor(
         retries=RetryMode.from_config(config["retries"]),
-        max_concurrent=config["max_concurrent"],
+        max_concurrent=(config["max_concurrent"] if "max_concurrent" in config
+                        else steps_at_once(os.environ)),
         tag_concurrency_limits=config.get("tag_concurrency_limits"),
         step_dependency_config=StepDependencyConfig.from_config(
             config.get("step_dependency_config")),

@@ -465,6 +465,8 @@ def parse_args() -> argparse.Namespace:
                         help="most seconds to wait for the first capture to reach its tables")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--home", type=Path, help="work folder to keep (new or empty)")
+    parser.add_argument("--steps-at-once", type=int,
+                        help="LAKELOG_STEPS_AT_ONCE for the pipeline runs (default: unset, 2)")
     return parser.parse_args()
 
 
@@ -520,7 +522,10 @@ def main() -> None:
     work = args.home or Path(tempfile.mkdtemp(prefix="lakelog-freshness-"))
     work.mkdir(parents=True, exist_ok=True)
     env = environment(work, marker := uuid.uuid4().hex)
+    if args.steps_at_once is not None:
+        env["LAKELOG_STEPS_AT_ONCE"] = str(args.steps_at_once)
     config = {"rate": args.rate, "duration_s": args.duration, "interval_s": args.interval,
+              "steps_at_once": args.steps_at_once,
               "cpus": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
               "commit": git("rev-parse", "--short", "HEAD"),
               "changed_files": git("diff", "--name-only", "HEAD").split(),

@@ -9,7 +9,8 @@ import threading
 import dagster as dg
 import pytest
 
-from lakelog.assets.executor import execute_here, threaded_executor
+from lakelog.assets.executor import STEPS_VARIABLE, execute_here, threaded_executor
+from lakelog.errors import ConfigError
 
 #: How long a step waits for its sibling to arrive before the test fails (not a timing
 #: assertion: two steps that overlap meet at once, steps run one by one never do).
@@ -25,7 +26,7 @@ def _graph(record: list[str], *, meet: threading.Barrier | None = None,
         with lock:
             record.append(f"start {name} on {threading.current_thread().name}")
         if meet is not None and name in ("b", "c"):
-            meet.wait(MEET_TIMEOUT)
+            meet.wait()
         if name == failing:
             raise RuntimeError(f"{name} fails")
         with lock:
@@ -63,7 +64,7 @@ def _run(assets: list[dg.AssetsDefinition], max_concurrent: int | None = None
 
 def test_ready_steps_overlap_and_wait_for_their_upstream_steps():
     record: list[str] = []
-    result = _run(_graph(record, meet=threading.Barrier(2)))
+    result = _run(_graph(record, meet=threading.Barrier(2, timeout=MEET_TIMEOUT)))
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     # b and c met at the barrier, so both ran at once, each on a thread of its own.
     threads = {line.split(" on ")[1] for line in record if line.startswith(("start b", "start c"))}
@@ -128,10 +129,25 @@ def test_execute_here_records_the_run_on_the_instance_with_its_tags():
         assert any("up to 2 threads" in m for m in engine), engine
 
 
-def test_max_concurrent_must_be_positive():
+def test_the_environment_sets_the_steps_of_runs_whose_config_does_not(monkeypatch):
+    monkeypatch.setenv(STEPS_VARIABLE, "1")
+    alone = _run(_graph([], meet=threading.Barrier(2, timeout=1)))
+    assert not alone.success  # b waited for c in vain: one step at a time
+    assert [e.step_key for e in alone.all_events if e.is_step_failure] == ["b", "c"]
+    monkeypatch.setenv(STEPS_VARIABLE, "2")
+    assert _run(_graph([], meet=threading.Barrier(2, timeout=MEET_TIMEOUT))).success
+
+
+@pytest.mark.parametrize("config, environ, message", [
+    ({"max_concurrent": 0}, {}, "at least 1, not 0"),
+    ({}, {STEPS_VARIABLE: "0"}, "at least 1, not 0"),
+    ({}, {STEPS_VARIABLE: "two"}, "LAKELOG_STEPS_AT_ONCE must be a whole number, not 'two'"),
+])
+def test_a_bad_number_of_steps_is_a_clear_error(monkeypatch, config, environ, message):
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
     job = dg.define_asset_job("j", executor_def=threaded_executor)
     defs = dg.Definitions(assets=_graph([]), jobs=[job])
-    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(
-            dg.DagsterInvariantViolationError, match="at least 1, not 0"):
+    with dg.DagsterInstance.ephemeral() as instance, pytest.raises(ConfigError, match=message):
         execute_here(defs.resolve_job_def("j"), instance=instance,
-                     run_config={"execution": {"config": {"max_concurrent": 0}}}, tags={})
+                     run_config={"execution": {"config": config}}, tags={})
