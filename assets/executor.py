@@ -7,9 +7,10 @@ other, so the server idles while the client works and the client while the serve
 executor runs the steps that are ready — their upstream steps done — on worker threads of the
 run's own process: they share its resources (one Spark session, one lake) like the in-process
 executor's steps, and at most `max_concurrent` run at once. Measured on 2 cores
-(benchmarks/README.md): `lakelog demo --events 20000 --batches 2` on a warm server took
-30.5-33.6 s against 34.8-41.6 s one step at a time; on a server just started, whose JIT
-compilers hold the cores, the 100k demo gained little (91.7/97.3 s against 97.6/101.6 s).
+(benchmarks/README.md): the runs of `lakelog demo --events 20000 --batches 2` on a warm server
+took 29.0 s against 31.9 s one step at a time (medians of three, `bench_executor.py`), and under
+the daemon the worst table's p99 freshness fell from 96.9 to 86.8 s (`bench_freshness.py`); on
+a server just started, whose JIT compilers hold the cores, the 100k demo gained little.
 
 It is Dagster's in-process plan loop (`dagster._core.execution.plan.execute_plan`) with the
 step bodies on threads: a step's events are yielded, and handed to the plan's bookkeeping, on
