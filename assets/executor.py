@@ -19,8 +19,9 @@ the run's thread in the order the step made them; a step's upstream steps end be
 another can be tagged and limited with `tag_concurrency_limits`, as with the multiprocess
 executor.
 
-A run that is interrupted (terminated from the UI) stops taking steps and raises on its thread;
-the steps under way end with the process, and, being exactly-once, are redone by the next run.
+A run that is interrupted (terminated from the UI) stops taking steps, lets the steps under way
+end (a thread cannot be interrupted; a microbatch is short) and then raises, as it does when a
+step's thread raises; the run's events are complete either way.
 """
 
 from __future__ import annotations
@@ -157,16 +158,18 @@ class ThreadedExecutor(Executor):
                     event_specific_data=EngineEventData(
                         error=serializable_error_info_from_exc_info(sys.exc_info())),
                 )
-            while not active.is_complete or running:
-                if active.check_for_interrupts():  # the run was terminated
+            failure: BaseException | None = None
+            while (failure is None and not active.is_complete) or running:
+                if failure is None and active.check_for_interrupts():  # the run was terminated
                     active.mark_interrupted()
-                    raise DagsterExecutionInterruptedError()
-                for step in active.get_steps_to_execute():
-                    step_context = job_context.for_step(step, active.get_known_state())
-                    running[step.key] = (step_context, [])
-                    threading.Thread(target=_run_step, args=(step.key, step_context, events),
-                                     name=f"step:{step.key}", daemon=True).start()
-                yield from active.concurrency_event_iterator(job_context)
+                    failure = DagsterExecutionInterruptedError()
+                if failure is None:
+                    for step in active.get_steps_to_execute():
+                        step_context = job_context.for_step(step, active.get_known_state())
+                        running[step.key] = (step_context, [])
+                        threading.Thread(target=_run_step, args=(step.key, step_context, events),
+                                         name=f"step:{step.key}", daemon=True).start()
+                    yield from active.concurrency_event_iterator(job_context)
                 if not running:
                     active.sleep_til_ready()
                     continue
@@ -175,19 +178,25 @@ class ThreadedExecutor(Executor):
                 except queue.Empty:
                     continue
                 step_context, step_events = running[key]
-                if isinstance(item, BaseException):
-                    raise item
+                if isinstance(item, BaseException):  # what the step's thread raised: its end
+                    failure = failure or item
+                    item = _DONE
                 if item is not _DONE:
                     step_events.append(item)
                     yield item
-                    active.handle_event(item)
                     continue
+                # The step has ended: its events reach the plan's bookkeeping now, as in the
+                # in-process loop (a retry is not taken up before its first attempt has ended).
                 del running[key]
+                for event in step_events:
+                    active.handle_event(event)
                 active.verify_complete(job_context, key)
                 for event in active.plan_events_iterator(job_context):
                     step_events.append(event)
                     yield event
                 yield from _trigger_hook(step_context, step_events)
+            if failure is not None:  # raised once the steps under way have ended
+                raise failure
 
 
 def steps_at_once(environ: Mapping[str, str]) -> int:

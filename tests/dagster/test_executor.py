@@ -151,3 +151,57 @@ def test_a_bad_number_of_steps_is_a_clear_error(monkeypatch, config, environ, me
     with dg.DagsterInstance.ephemeral() as instance, pytest.raises(ConfigError, match=message):
         execute_here(defs.resolve_job_def("j"), instance=instance,
                      run_config={"execution": {"config": config}}, tags={})
+
+
+def test_a_step_retried_at_once_runs_again_after_its_first_attempt_ended():
+    attempts: list[int] = []
+
+    @dg.asset(retry_policy=dg.RetryPolicy(max_retries=1))  # no delay: up for retry at once
+    def flaky() -> None:
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            raise RuntimeError("first attempt fails")
+
+    @dg.asset(deps=[flaky])
+    def after() -> None:
+        attempts.append(0)
+
+    result = _run([flaky, after])
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert attempts == [1, 2, 0]
+    kinds = [e.event_type_value for e in result.all_events if e.step_key == "flaky"]
+    assert kinds.count("STEP_UP_FOR_RETRY") == 1 and kinds[-1] == "STEP_SUCCESS"
+
+
+def test_a_raised_failure_lets_the_steps_under_way_end_first():
+    """With raise_on_error the run raises the failed step's error, once its sibling has ended
+    and its events have reached the run."""
+    record: list[str] = []
+    both, failed = threading.Barrier(2, timeout=MEET_TIMEOUT), threading.Event()
+
+    @dg.asset
+    def a() -> None:
+        pass
+
+    @dg.asset(deps=[a])
+    def b() -> None:
+        both.wait()
+        failed.set()
+        raise RuntimeError("b fails")
+
+    @dg.asset(deps=[a])
+    def c() -> None:
+        both.wait()
+        failed.wait(MEET_TIMEOUT)
+        threading.Event().wait(2)  # still at work while the run's thread learns of b's failure
+        record.append("end c")
+
+    job = dg.define_asset_job("j", executor_def=threaded_executor)
+    defs = dg.Definitions(assets=[a, b, c], jobs=[job])
+    with dg.DagsterInstance.ephemeral() as instance:
+        with pytest.raises(Exception, match="b fails"):
+            execute_here(defs.resolve_job_def("j"), instance=instance, run_config={}, tags={})
+        [run] = instance.get_runs()
+        done = [r.dagster_event.step_key for r in instance.all_logs(run.run_id)
+                if r.dagster_event and r.dagster_event.event_type_value == "STEP_SUCCESS"]
+    assert record == ["end c"] and sorted(done) == ["a", "c"]

@@ -40,8 +40,9 @@ SUITE_META = "lakelog_suite"
 RUN_ARGUMENTS = ("batch_id", "result_format")
 #: GX types of the expectations that report the rows a query found, not unexpected values.
 ROW_QUERIES = ("unexpected_rows_expectation", ExpectNoUnexpectedRows.expectation_type)
-#: GX keeps the context it last made in a process global (its project manager): validations on
-#: two threads at once (a run's steps on `lakelog.assets.executor`'s threads) take turns.
+#: GX keeps the context it last made in a process global (its project manager), and its row
+#: queries name their frame "tmp_view" on the shared session: validations on two threads at once
+#: (a run's steps on `lakelog.assets.executor`'s threads) take turns.
 _ONE_AT_A_TIME = threading.Lock()
 
 

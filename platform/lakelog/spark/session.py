@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,20 +116,22 @@ def open_session(
     from lakelog.spark.server import ServerConfig, ensure_running
 
     config = server or ServerConfig()
-    pid = ensure_running(config).pid
-    known = _OPENED.get(config.url)
-    if known is not None and known[0] != pid:  # opened on a server that has died since
-        known[1].release_session_on_close = False  # nothing left to release there
-        known[1].stop()  # so that getOrCreate opens a new one
-    spark = create_session(remote=config.url, app_name=app_name, conf=conf)
-    if known is None or known[1] is not spark:
-        spark.client.set_retry_policies([_WhileServerLives(config)])
-    _OPENED[config.url] = (pid, spark)
-    return spark
+    with _OPENING:  # steps of a run on threads open their sessions one at a time
+        pid = ensure_running(config).pid
+        known = _OPENED.get(config.url)
+        if known is not None and known[0] != pid:  # opened on a server that has died since
+            known[1].release_session_on_close = False  # nothing left to release there
+            known[1].stop()  # so that getOrCreate opens a new one
+        spark = create_session(remote=config.url, app_name=app_name, conf=conf)
+        if known is None or known[1] is not spark:
+            spark.client.set_retry_policies([_WhileServerLives(config)])
+        _OPENED[config.url] = (pid, spark)
+        return spark
 
 
 #: Per local server URL: the server process (pid) the last session opened on it belongs to.
 _OPENED: dict[str, tuple[int | None, SparkSession]] = {}
+_OPENING = threading.Lock()
 
 
 class _WhileServerLives(DefaultPolicy):
