@@ -13,8 +13,9 @@ the daemon the worst table's p99 freshness fell from 96.9 to 86.8 s (`bench_fres
 a server just started, whose JIT compilers hold the cores, the 100k demo gained little.
 
 It is Dagster's in-process plan loop (`dagster._core.execution.plan.execute_plan`) with the
-step bodies on threads: a step's events are yielded, and handed to the plan's bookkeeping, on
-the run's thread in the order the step made them; a step's upstream steps end before it starts
+step bodies on threads: on the run's thread, a step's events are yielded as the step makes them
+and handed to the plan's bookkeeping, in that order, once it has ended (so a retry is taken up
+only after its first attempt); a step's upstream steps end before it starts
 (every dependency of the graph is a Dagster dependency). Steps that must not overlap one
 another can be tagged and limited with `tag_concurrency_limits`, as with the multiprocess
 executor.
