@@ -40,6 +40,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from bench_common import SPARK_CODEGEN, spark_codegen
+from bench_common import cpu_seconds
+
 from lakelog.spark.server import (
     DEFAULT_JAVA_OPTIONS, ServerConfig, ensure_running, status, stop,
 )
@@ -56,11 +58,6 @@ SETTINGS = {
 }
 #: The server JVM's flags per setting (lakelog's `DEFAULT_JAVA_OPTIONS` unless named here).
 JAVA_OPTIONS = {"g1_gc": "-XX:+UseG1GC"}
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_demo(setting: str, args) -> dict:

@@ -3,10 +3,12 @@ folder, both gone afterwards; Spark's own code generation, which lakelog's sessi
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from typing import Any
 
@@ -42,3 +44,9 @@ def spark_codegen(spark: Any) -> Iterator[None]:
     finally:
         for key, value in before.items():
             spark.conf.set(key, value)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system) process `pid` has used, from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -26,18 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_common import cpu_seconds
+
+from lakelog.assets.executor import STEPS_VARIABLE
 from lakelog.spark.server import ServerConfig, ensure_running, stop
 
 ONE_AT_A_TIME = "1"
 
 
-def server_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def demo(home: Path, events: int, batches: int, env: dict[str, str], pid: int) -> dict:
-    cpu, started = server_cpu_seconds(pid), time.perf_counter()
+    cpu, started = cpu_seconds(pid), time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "lakelog.cli", "demo", "--events", str(events), "--batches",
          str(batches), "--home", str(home), "--json"],
@@ -46,7 +44,7 @@ def demo(home: Path, events: int, batches: int, env: dict[str, str], pid: int) -
     if done.returncode != 0:
         raise SystemExit(f"lakelog demo failed: {done.stderr[-2000:]}")
     summary = json.loads(done.stdout)
-    return {"wall_s": round(wall, 2), "server_cpu_s": round(server_cpu_seconds(pid) - cpu, 2),
+    return {"wall_s": round(wall, 2), "server_cpu_s": round(cpu_seconds(pid) - cpu, 2),
             "demo_s": round(summary["seconds"], 2), "microbatches": summary["microbatches"]}
 
 
@@ -61,8 +59,8 @@ def main() -> None:
     config = ServerConfig(port=args.port, state_dir=work / "server")
     env = {**os.environ, "LAKELOG_SPARK_SERVER_PORT": str(args.port),
            "LAKELOG_SPARK_SERVER_DIR": str(config.state_dir)}
-    env.pop("LAKELOG_STEPS_AT_ONCE", None)
-    settings = {"one_at_a_time": {**env, "LAKELOG_STEPS_AT_ONCE": ONE_AT_A_TIME},
+    env.pop(STEPS_VARIABLE, None)
+    settings = {"one_at_a_time": {**env, STEPS_VARIABLE: ONE_AT_A_TIME},
                 "threaded_default": env}
     results: dict[str, list[dict]] = {name: [] for name in settings}
     try:

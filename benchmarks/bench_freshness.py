@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 
+from lakelog.assets.executor import STEPS_VARIABLE
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.cdc import checkpoint as capture_checkpoint
 from lakelog.consumers import checkpoints
@@ -523,7 +524,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     env = environment(work, marker := uuid.uuid4().hex)
     if args.steps_at_once is not None:
-        env["LAKELOG_STEPS_AT_ONCE"] = str(args.steps_at_once)
+        env[STEPS_VARIABLE] = str(args.steps_at_once)
     config = {"rate": args.rate, "duration_s": args.duration, "interval_s": args.interval,
               "steps_at_once": args.steps_at_once,
               "cpus": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
