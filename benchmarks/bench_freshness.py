@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 
+from lakelog.assets import prefork
 from lakelog.assets.executor import STEPS_VARIABLE
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.cdc import checkpoint as capture_checkpoint
@@ -98,12 +99,15 @@ def environment(work: Path, marker: str) -> dict[str, str]:
             "LAKELOG_SPARK_SERVER_DIR": str(work / "spark"), "LAKELOG_BENCH_MARKER": marker}
 
 
-def dagster_home(path: Path) -> None:
+def dagster_home(path: Path, launcher: str) -> None:
     """deploy/dagster.yaml with lakelog's SQLite storage under DAGSTER_HOME instead of its
-    PostgreSQL storage, as deploy/README.md tells a user running it locally."""
+    PostgreSQL storage, as deploy/README.md tells a user running it locally; `launcher`
+    "default" removes its run launcher (Dagster's default: the code server spawns each run)."""
     path.mkdir(parents=True)
     config = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
     config["storage"] = storage_config(FROM_DAGSTER_HOME)
+    if launcher == "default":
+        config.pop("run_launcher", None)
     (path / "dagster.yaml").write_text(yaml.safe_dump(config))
 
 
@@ -130,10 +134,12 @@ class Sampler(threading.Thread):
         self.done = threading.Event()
 
     @staticmethod
-    def kind(cmdline: str) -> str:
+    def kind(cmdline: str, name: str) -> str:
         if Path(cmdline.split(" ")[0]).name == "java":  # not spark-submit's launcher helper
             return "other" if "org.apache.spark.launcher.Main" in cmdline else "jvm"
         if "spawn_main" in cmdline:  # the code server's multiprocessing child running a run
+            return "run_worker"
+        if name == prefork.WORKER_NAME:  # a run forked by the prefork launcher
             return "run_worker"
         return "other"
 
@@ -143,8 +149,11 @@ class Sampler(threading.Thread):
             try:
                 if proc.name.isdigit() and self.needle in (proc / "environ").read_bytes():
                     cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    name = (proc / "comm").read_text().strip()
                     smaps = (proc / "smaps_rollup").read_text()
-                    yield int(proc.name), self.kind(cmdline), cmdline, smaps
+                    if name.startswith("lakelog-"):  # a prefork process: say which
+                        cmdline = f"[{name}] {cmdline}"
+                    yield int(proc.name), self.kind(cmdline, name), cmdline, smaps
             except OSError:
                 continue  # ended meanwhile
 
@@ -466,6 +475,8 @@ def parse_args() -> argparse.Namespace:
                         help="most seconds to wait for the first capture to reach its tables")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--home", type=Path, help="work folder to keep (new or empty)")
+    parser.add_argument("--launcher", choices=("prefork", "default"), default="prefork",
+                        help="deploy/dagster.yaml's prefork run launcher, or Dagster's default")
     parser.add_argument("--steps-at-once", type=int,
                         help="LAKELOG_STEPS_AT_ONCE for the pipeline runs (default: unset, 2)")
     return parser.parse_args()
@@ -526,7 +537,7 @@ def main() -> None:
     if args.steps_at_once is not None:
         env[STEPS_VARIABLE] = str(args.steps_at_once)
     config = {"rate": args.rate, "duration_s": args.duration, "interval_s": args.interval,
-              "steps_at_once": args.steps_at_once,
+              "steps_at_once": args.steps_at_once, "launcher": args.launcher,
               "cpus": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
               "commit": git("rev-parse", "--short", "HEAD"),
               "changed_files": git("diff", "--name-only", "HEAD").split(),
@@ -535,7 +546,7 @@ def main() -> None:
     workload = stage(args, work / "staging")
     config.update(workload_start=workload.start.isoformat(), events=workload.events,
                   event_time_minutes=workload.span.total_seconds() / 60)
-    dagster_home(work / "dagster_home")
+    dagster_home(work / "dagster_home", args.launcher)
     os.environ["DAGSTER_HOME"] = str(work / "dagster_home")  # its dagster.yaml names the folder so
     instance = dg.DagsterInstance.from_config(str(work / "dagster_home"))
     sampler = Sampler(marker)

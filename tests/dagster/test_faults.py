@@ -19,6 +19,7 @@ from instances import REPO, deploy_instance
 from processes import free_port, stop_group, subprocess_env
 from shop_records import SHOP_FILES, SHOP_RECORDS, SHOP_TOTALS, land_file
 
+from lakelog.assets.launcher import PreforkRunLauncher
 from lakelog.consumers import checkpoints
 from lakelog.demo.shop import PRODUCT_STATS
 from lakelog.lake import EmbeddedLake
@@ -89,15 +90,17 @@ def runs_by(instance: dg.DagsterInstance, keep: Callable[[dg.DagsterRun], bool])
 
 
 def test_a_run_worker_killed_mid_batch_is_retried_and_the_batch_finishes_once(tmp_path):
-    """The code server sees its run's process die and reports the run failed; the daemon's run
-    retries (deploy/dagster.yaml) launch it again."""
+    """The worker's supervisor (the prefork launcher of deploy/dagster.yaml) sees its run's
+    process die and reports the run failed; the daemon's run retries launch it again."""
     marker = tmp_path / "killed"
     home, instance = run_daemon(tmp_path, "worker", LAKELOG_TEST_KILL_MARKER=str(marker))
 
     assert marker.exists(), "the run worker was never killed"
     crashed = runs_by(instance, lambda r: r.status == dg.DagsterRunStatus.FAILURE)
     assert len(crashed) == 1, [(r.run_id, r.status.value) for r in instance.get_runs()]
-    assert any("-9" in m or "SIGKILL" in m for m in
+    worker = PreforkRunLauncher.worker_of(crashed[0])
+    assert worker is not None and worker["pid"] == int(marker.read_text())
+    assert any(f"Run worker process {worker['pid']}" in m and "SIGKILL" in m for m in
                events(instance, crashed[0].run_id, dg.DagsterEventType.ENGINE_EVENT))
     retries = runs_by(instance, lambda r: r.tags.get("dagster/parent_run_id") == crashed[0].run_id)
     assert [r.status for r in retries] == [dg.DagsterRunStatus.SUCCESS]

@@ -1,0 +1,244 @@
+"""The prefork server: run workers forked from a process that has imported their libraries once.
+
+Dagster's code server starts each run's process with multiprocessing's spawn: a new Python that
+imports Dagster, PySpark, pandas and Great Expectations again before the run's first step, about
+7 s of CPU per run on 2 cores (`python -X importtime`), paid on the critical path of a pipeline
+that the daemon runs every few seconds. This server imports them once and forks a worker per
+run, which starts where the spawned process would have been seconds later.
+
+Only the modules it is told to preload are imported before forking: third-party packages by
+default (`PRELOAD`). The code location — the user's pipeline and lakelog — is imported by each
+worker, so a run launched after a reload of the code location runs the new code. A package
+upgraded while the server runs is seen after a restart of the process that launched it (the
+daemon), as with any preloading server.
+
+Protocol, over a Unix socket in a directory only its user can enter: the launcher connects and
+sends one line, `dagster api execute_run`'s serialized arguments; the server forks a supervisor,
+which forks the worker, answers ``pid <worker pid>`` (or ``error <text>``), and waits for it. A
+worker that dies without ending its run (kill -9, the kernel's OOM killer) has its run reported
+failed by its supervisor with Dagster's own crash explanation, as the code server does for the
+processes it spawns; the daemon's run retries then launch it again. The server exits when its
+standard input closes: the process that started it has ended. Workers and supervisors stay in
+its process group, so stopping the group (Ctrl-C on `dagster dev`) stops them too.
+
+    python -m lakelog.assets.prefork SOCKET_PATH MODULE...
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib
+import os
+import selectors
+import signal
+import socket
+import sys
+import traceback
+
+#: What a run worker of a lakelog pipeline imports before its first step, heaviest last.
+PRELOAD = (
+    "dagster",
+    "dagster._cli.api",
+    "pandas",
+    "pyarrow",
+    "deltalake",
+    "pyspark.sql.connect.session",
+    "great_expectations",
+    "great_expectations.expectations",
+)
+#: Process names (``ps -o comm``, /proc/<pid>/comm) of the server, a supervisor and a worker.
+SERVER_NAME, SUPERVISOR_NAME, WORKER_NAME = "lakelog-prefork", "lakelog-watch", "lakelog-run"
+#: The longest request line accepted, and how long a connected launcher may take to send it.
+MAX_REQUEST, REQUEST_TIMEOUT_S = 16 << 20, 10.0
+
+
+def name_process(name: str) -> None:
+    """Set this process's name as `ps` shows it (Linux; elsewhere nothing happens)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def read_line(conn: socket.socket) -> str:
+    """One newline-terminated line from `conn` (empty if it closed first)."""
+    chunks, size = [], 0
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return ""
+        chunks.append(chunk)
+        size += len(chunk)
+        if chunk.endswith(b"\n"):
+            return b"".join(chunks).decode()[:-1]
+        if size > MAX_REQUEST:
+            raise ValueError(f"a request longer than {MAX_REQUEST} bytes")
+
+
+def preload(modules: list[str]) -> None:
+    """Import `modules`; a failure ends the server, and every launch then reports it."""
+    guarded = not hasattr(sys, "ps1")
+    if guarded:  # pyspark.sql.connect exits a process it takes for a doctest run; see quality/gx
+        sys.ps1 = ">>> "
+    try:
+        for module in modules:
+            importlib.import_module(module)
+    finally:
+        if guarded:
+            del sys.ps1
+
+
+def serve(path: str, modules: list[str]) -> None:
+    """Listen at `path`, preload `modules`, then fork a supervised worker per request until
+    standard input closes."""
+    name_process(SERVER_NAME)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)  # launchers connecting while the modules load wait in the backlog
+    try:
+        preload(modules)
+    except BaseException:  # noqa: BLE001 - told to every launcher that connects, then exit
+        failure = traceback.format_exc().strip().replace("\n", "\\n")
+        for _ in range(16):
+            listener.settimeout(1.0)
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                break
+            with conn:
+                conn.sendall(f"error preloading failed: {failure}\n".encode())
+        raise
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select(timeout=1.0):
+            if key.fileobj is listener:
+                conn, _ = listener.accept()
+                _fork_supervisor(conn, listener, selector)
+            elif not os.read(sys.stdin.fileno(), 4096):
+                return  # the launching process has ended
+        _reap()
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _fork_supervisor(conn: socket.socket, listener: socket.socket,
+                     selector: selectors.BaseSelector) -> None:
+    with conn:
+        conn.settimeout(REQUEST_TIMEOUT_S)
+        try:
+            request = read_line(conn)
+        except (OSError, ValueError) as exc:
+            _answer(conn, f"error {exc}")
+            return
+        if not request:
+            return
+        try:
+            supervisor = os.fork()
+        except OSError as exc:
+            _answer(conn, f"error fork failed: {exc}")
+            return
+        if supervisor == 0:
+            selector.close()
+            listener.close()
+            _exit(lambda: _supervise(conn, request))
+
+
+def _answer(conn: socket.socket, line: str) -> None:
+    try:
+        conn.sendall(f"{line}\n".encode())
+    except OSError:
+        pass  # the launcher gave up; a worker it never heard of reports its run itself
+
+
+def _exit(body) -> None:
+    """Run `body` in a forked child and leave the process without unwinding into the server's
+    frames (its sockets and loops are the parent's)."""
+    code = 1
+    try:
+        code = body()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - reported on stderr, the process ends either way
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _supervise(conn: socket.socket, request: str) -> int:
+    name_process(SUPERVISOR_NAME)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C of the group is the worker's to handle
+    try:
+        worker = os.fork()
+    except OSError as exc:
+        _answer(conn, f"error fork failed: {exc}")
+        return 1
+    if worker == 0:
+        conn.close()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _exit(lambda: _work(request))
+    _answer(conn, f"pid {worker}")
+    conn.close()
+    _, status = os.waitpid(worker, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        _report_crash(request, worker, code)
+    return 0
+
+
+def _work(request: str) -> int:
+    """`dagster api execute_run REQUEST` in this process."""
+    name_process(WORKER_NAME)
+    from dagster._cli.api import execute_run_command
+
+    execute_run_command.main([request], prog_name="dagster api execute_run",
+                             standalone_mode=False)
+    return 0
+
+
+def _report_crash(request: str, pid: int, code: int) -> None:
+    """Report the run of a worker that died failed, unless it ended (as the code server does)."""
+    from dagster import DagsterInstance
+    from dagster._grpc.types import ExecuteRunArgs
+    from dagster._serdes import deserialize_value
+    from dagster._utils import get_run_crash_explanation
+
+    args = deserialize_value(request, ExecuteRunArgs)
+    with DagsterInstance.from_ref(args.instance_ref) as instance:
+        run = instance.get_run_by_id(args.run_id)
+        if run is None or run.is_finished:
+            return
+        message = get_run_crash_explanation(
+            prefix=f"Run worker process {pid} for {run.run_id}", exit_code=code)
+        instance.report_engine_event(message, run)
+        instance.report_run_failed(run)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m lakelog.assets.prefork SOCKET_PATH [MODULE...]", file=sys.stderr)
+        return 2
+    try:
+        serve(argv[0], argv[1:])
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
