@@ -29,6 +29,7 @@ from lakelog.assets.views import lakelog_tables, model_assets
 from lakelog.pipeline import Pipeline
 from lakelog.resources import build_resources
 from lakelog.sensors import audit_schedule, maintenance_schedule, pipeline_sensor
+from lakelog.sensors.pipeline import INTERVAL_S
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def build_location(
     pipeline: Pipeline,
     *,
     resources: Mapping[str, Any] | None = None,
-    pipeline_interval_seconds: int = 10,
+    pipeline_interval_seconds: int = INTERVAL_S,
 ) -> Location:
     """`build_definitions`, with the live graph the runner (`lakelog.assets.runner`) needs."""
     topics, consumers = pipeline.all_topics, pipeline.all_consumers
@@ -108,7 +109,7 @@ def build_definitions(
     pipeline: Pipeline,
     *,
     resources: Mapping[str, Any] | None = None,
-    pipeline_interval_seconds: int = 10,
+    pipeline_interval_seconds: int = INTERVAL_S,
 ) -> dg.Definitions:
     """Everything Dagster needs for `pipeline`; `resources` default to the local ones.
 

@@ -6,7 +6,10 @@ Dagster runs the steps in dependency order, and a downstream step with nothing n
 quickly. While a pipeline run is queued or in progress no other is requested: the next tick
 takes what arrived meanwhile. The run key is a digest of the work found, and the cursor keeps
 the last one, so the same state is never requested twice. Every tick also reports consumer lag
-as observations (`lakelog.sensors.observations`).
+as observations (`lakelog.sensors.observations`), except that while a run holds the pipeline
+lag is looked up at most every `OBSERVE_EVERY_S` seconds: the ticks come every 5 s (the
+daemon's shortest loop), so that a run follows the end of the last one within seconds, and a
+tick in the middle of a run need not read every consumer's metadata again.
 """
 
 from __future__ import annotations
@@ -36,6 +39,22 @@ ACTIVE = [
 ]
 
 
+#: While a pipeline run is queued or in progress, how often a tick looks up lag (seconds).
+OBSERVE_EVERY_S = 10.0
+#: The sensor's default interval: Dagster's sensor daemon evaluates sensors every 5 s at most.
+INTERVAL_S = 5
+
+
+def _held(active: dg.DagsterRun) -> str:
+    return (f"pipeline run {active.run_id} is {active.status.value.lower()}: one run at a time, "
+            "the next tick takes what arrived meanwhile")
+
+
+def _observed_lately(cursor: dict[str, Any], now: datetime) -> bool:
+    at = cursor.get("observed_at")
+    return at is not None and 0 <= (now - datetime.fromisoformat(at)).total_seconds() < OBSERVE_EVERY_S
+
+
 def _active_run(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
     records = instance.get_run_records(
         dg.RunsFilter(job_name=PIPELINE, statuses=ACTIVE), limit=1
@@ -44,13 +63,14 @@ def _active_run(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
 
 
 def pipeline_sensor(
-    live: LiveGraph, job: "UnresolvedAssetJobDefinition", *, minimum_interval_seconds: int = 10
+    live: LiveGraph, job: "UnresolvedAssetJobDefinition", *,
+    minimum_interval_seconds: int = INTERVAL_S,
 ) -> dg.SensorDefinition:
     """The sensor of `job` (`live.job()`); it starts running with the code location.
 
-    A tick every `minimum_interval_seconds` (default 10) keeps a landed file's way into every
-    derived table within the one-minute freshness target. Its cursor is
-    ``{"requested": <run key>, "observed": {consumer: values}}``.
+    A tick every `minimum_interval_seconds` (default 5) keeps a landed file's way into every
+    derived table short. Its cursor is ``{"requested": <run key>, "observed": {consumer:
+    values}, "observed_at": <when>}``.
     """
 
     def evaluate(
@@ -58,21 +78,24 @@ def pipeline_sensor(
     ) -> dg.SensorResult:
         now = datetime.now(timezone.utc)
         last: dict[str, Any] = json.loads(context.cursor or "{}")
+        active = _active_run(context.instance)
+        if active is not None and _observed_lately(last, now):  # the cursor stays as it is
+            return dg.SensorResult(skip_reason=_held(active) + "; lag was looked up "
+                                   f"less than {OBSERVE_EVERY_S:g} s ago")
         the_lake = lake.open()
         found = find_roots(live, the_lake, context.instance, source,
                            root=lake.resolved_root(), now=now)
         values = {name: lag_values(b, state, now) for name, (b, state) in found.backlogs.items()}
         events = observations(live.consumers, values, last.get("observed", {}))
-        cursor = {"requested": last.get("requested"), "observed": values}
+        cursor = {"requested": last.get("requested"), "observed": values,
+                  "observed_at": now.isoformat()}
 
         def skip(reason: str) -> dg.SensorResult:
             return dg.SensorResult(skip_reason=reason, asset_events=events,
                                    cursor=json.dumps(cursor, sort_keys=True))
 
-        active = _active_run(context.instance)
         if active is not None:
-            return skip(f"pipeline run {active.run_id} is {active.status.value.lower()}: one "
-                        "run at a time, the next tick takes what arrived meanwhile")
+            return skip(_held(active))
         notes = "".join(f"; {n}" for n in found.notes)
         if not found.roots:
             return skip("nothing new" + notes)

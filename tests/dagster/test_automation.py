@@ -3,7 +3,8 @@ requests brings every derived table up to date."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -17,6 +18,7 @@ from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_windows import WINDOWS
 from lakelog.log import landing
 from lakelog.resources import LakeResource, SourceResource, SparkResource
+from lakelog.sensors.pipeline import OBSERVE_EVERY_S
 
 PAGE_VIEWS = dg.AssetKey(["log", "page_views"])
 ORDERS = dg.AssetKey(["log", "orders"])
@@ -119,8 +121,19 @@ def test_a_pipeline_run_in_progress_holds_the_next(shop_lake, tick, instance):
     assert running.run_id in held.skip_reason.skip_message
     assert observed(held)[STATS]["lag_records"] == SHOP_RECORDS  # lag is reported meanwhile
 
+    soon = tick(held.cursor)  # lag was just looked up: this tick reads no metadata
+    assert not soon.run_requests and not soon.asset_events and soon.cursor is None
+    assert running.run_id in soon.skip_reason.skip_message
+
+    looked_up = json.loads(held.cursor)
+    looked_up["observed"] = {}  # as if nothing had been observed yet ...
+    looked_up["observed_at"] = (datetime.fromisoformat(looked_up["observed_at"])
+                                - timedelta(seconds=OBSERVE_EVERY_S)).isoformat()  # ... so long ago
+    later = tick(json.dumps(looked_up))
+    assert not later.run_requests and observed(later)[STATS]["lag_records"] == SHOP_RECORDS
+
     instance.report_run_failed(running)
-    [request] = tick(held.cursor).run_requests
+    [request] = tick(soon.cursor or held.cursor).run_requests  # no longer held: looks at once
     assert STATS in request.asset_selection
 
 
