@@ -9,14 +9,15 @@ Configured in the instance's ``dagster.yaml`` (deploy/dagster.yaml does)::
 `launch_run` hands the run to the prefork server (`lakelog.assets.prefork`) of the code
 location's Python, which the launcher starts on its first launch (in the daemon, which launches
 queued runs) and which ends with it. The worker runs the run exactly as `dagster api
-execute_run` would, the command Dagster's container launchers run; the code server only lends
-the run's code origin. A run whose code location is not on this machine — no origin, or an
-executable that is not here — is launched through its code server as Dagster's default launcher
-does.
+execute_run` would, the command Dagster's container launchers run. Only code locations that
+Dagster itself runs from a Python environment here (`dagster dev`, a workspace's
+``python_module`` or ``python_file``) are forked; a ``grpc_server`` location the user runs,
+perhaps elsewhere, launches its runs through its code server, as with Dagster's default launcher.
 
-The run is tagged with its worker's host, pid and start time, which is how `terminate` (an
-interrupt, as the code server sends) and run monitoring (`check_run_worker_health`) find it. A
-worker that dies is reported by its supervisor at once; monitoring covers the supervisor dying too.
+The run is tagged with its worker's host, pid and start time before the worker starts it, which
+is how `terminate` (an interrupt, as the code server sends) and run monitoring
+(`check_run_worker_health`) find it. A worker that ends leaving its run unfinished is reported by
+its supervisor at once; monitoring covers the supervisor dying too.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,10 @@ class PreforkServer:
             stdin=subprocess.PIPE,
         )
 
-    def launch(self, request: str) -> int:
-        """Fork a worker for `request` (serialized `ExecuteRunArgs`); its pid."""
+    def launch(self, request: str, record: Callable[[int], None]) -> int:
+        """Fork a worker for `request` (serialized `ExecuteRunArgs`) and return its pid. The
+        worker starts the run only after `record(pid)` has returned; if it raises, the worker
+        ends without touching the run."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
@@ -86,13 +89,18 @@ class PreforkServer:
             conn.settimeout(self.start_timeout_s)  # the first request waits for the preloading
             try:
                 conn.sendall(f"{request}\n".encode())
-                answer = read_line(conn)
+                kind, _, detail = read_line(conn).partition(" ")
             except OSError as exc:
                 raise DagsterLaunchFailedError(
                     f"the prefork server ({self.executable}) did not answer: {exc}") from exc
-        kind, _, detail = answer.partition(" ")
-        if kind == "pid":
-            return int(detail)
+            if kind == "pid":
+                record(int(detail))
+                try:
+                    conn.sendall(b"go\n")
+                except OSError as exc:  # the supervisor is gone: so is its worker
+                    raise DagsterLaunchFailedError(
+                        f"the run worker {detail} did not wait to start: {exc}") from exc
+                return int(detail)
         raise DagsterLaunchFailedError(
             f"the prefork server ({self.executable} -m lakelog.assets.prefork) did not start the "
             f"run: {detail.replace(chr(92) + 'n', chr(10)) if detail else 'it closed the connection'}"
@@ -173,16 +181,32 @@ class PreforkRunLauncher(DefaultRunLauncher):
         from dagster._grpc.types import ExecuteRunArgs
 
         run = context.dagster_run
-        origin = run.job_code_origin
-        executable = origin.executable_path if origin is not None else None
-        if not executable or not os.path.exists(executable):
+        if not self.forks(run):
             super().launch_run(context)  # a code location elsewhere: its code server runs it
             return
+        origin = run.job_code_origin
         request = serialize_value(ExecuteRunArgs(
             job_origin=origin, run_id=run.run_id, instance_ref=self._instance.get_ref()))
-        pid = self._server(executable).launch(request)
-        worker = {"host": socket.gethostname(), "pid": pid, "started": process_started(pid)}
-        self._instance.add_run_tags(run.run_id, {WORKER_TAG: json.dumps(worker)})
+
+        def record(pid: int) -> None:  # before the worker starts: nothing can overwrite it
+            worker = {"host": socket.gethostname(), "pid": pid, "started": process_started(pid)}
+            self._instance.add_run_tags(run.run_id, {WORKER_TAG: json.dumps(worker)})
+
+        self._server(origin.executable_path).launch(request, record)
+        self._run_ids.add(run.run_id)
+
+    @staticmethod
+    def forks(run: dg.DagsterRun) -> bool:
+        """Whether the run's code location is one Dagster itself runs from a Python environment
+        on this machine (`dagster dev`, a workspace's ``python_module``/``python_file``): its
+        runs are forked here. A code server the user runs (a ``grpc_server`` location, perhaps
+        in a container or on another host) launches its own."""
+        from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin
+
+        origin, remote = run.job_code_origin, run.remote_job_origin
+        location = remote.repository_origin.code_location_origin if remote is not None else None
+        return (origin is not None and isinstance(location, ManagedGrpcPythonEnvCodeLocationOrigin)
+                and bool(origin.executable_path) and os.path.exists(origin.executable_path))
 
     @staticmethod
     def worker_of(run: dg.DagsterRun) -> dict | None:
@@ -207,7 +231,12 @@ class PreforkRunLauncher(DefaultRunLauncher):
                 f"Run worker {worker['pid']} on {worker['host']} is not running here: nothing "
                 "to interrupt.", run, cls=self.__class__)
             return False
-        os.kill(worker["pid"], signal.SIGINT)  # as the code server's termination does
+        try:
+            os.kill(worker["pid"], signal.SIGINT)  # as the code server's termination does
+        except OSError as exc:  # it ended meanwhile, or is another user's
+            self._instance.report_engine_event(
+                f"Could not interrupt run worker {worker['pid']}: {exc}", run, cls=self.__class__)
+            return False
         return True
 
     @property

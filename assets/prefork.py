@@ -14,12 +14,15 @@ daemon), as with any preloading server.
 
 Protocol, over a Unix socket in a directory only its user can enter: the launcher connects and
 sends one line, `dagster api execute_run`'s serialized arguments; the server forks a supervisor,
-which forks the worker, answers ``pid <worker pid>`` (or ``error <text>``), and waits for it. A
-worker that dies without ending its run (kill -9, the kernel's OOM killer) has its run reported
-failed by its supervisor with Dagster's own crash explanation, as the code server does for the
-processes it spawns; the daemon's run retries then launch it again. The server exits when its
-standard input closes: the process that started it has ended. Workers and supervisors stay in
-its process group, so stopping the group (Ctrl-C on `dagster dev`) stops them too.
+which forks the worker and answers ``pid <worker pid>`` (or ``error <text>``). The worker waits
+until the launcher has recorded that pid on the run and sent ``go``; without it (the launcher
+failed or died) the worker ends before touching the run. The supervisor then waits for the
+worker: one that ends leaving its run unfinished — killed (kill -9, the kernel's OOM killer) or
+not — has its run reported failed with Dagster's own crash explanation, as the code server does
+for the processes it spawns (or canceled, if it was being canceled); the daemon's run retries
+then launch a failed one again. The server exits when its standard input closes: the process that
+started it has ended. Workers and supervisors stay in its process group, so stopping the group
+(Ctrl-C on `dagster dev`) stops them too.
 
     python -m lakelog.assets.prefork SOCKET_PATH MODULE...
 """
@@ -34,6 +37,7 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import traceback
 
 #: What a run worker of a lakelog pipeline imports before its first step, heaviest last.
@@ -49,8 +53,9 @@ PRELOAD = (
 )
 #: Process names (``ps -o comm``, /proc/<pid>/comm) of the server, a supervisor and a worker.
 SERVER_NAME, SUPERVISOR_NAME, WORKER_NAME = "lakelog-prefork", "lakelog-watch", "lakelog-run"
-#: The longest request line accepted, and how long a connected launcher may take to send it.
-MAX_REQUEST, REQUEST_TIMEOUT_S = 16 << 20, 10.0
+#: The longest request line accepted, and how long a connected launcher may take to send it
+#: and, once it has the worker's pid, to say ``go``.
+MAX_REQUEST, REQUEST_TIMEOUT_S = 16 << 20, 60.0
 
 
 def name_process(name: str) -> None:
@@ -89,15 +94,37 @@ def preload(modules: list[str]) -> None:
             del sys.ps1
 
 
+def single_threaded() -> None:
+    """Refuse to fork with other Python threads alive: a lock one of them holds would stay held
+    in every worker. (Native threads of numpy's BLAS and pyarrow's allocator are fork-aware.)"""
+    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if others:
+        raise RuntimeError(f"a preloaded module started threads ({', '.join(others)}): forking "
+                           "would copy their locks; leave that module out of preload_modules")
+
+
 def serve(path: str, modules: list[str]) -> None:
     """Listen at `path`, preload `modules`, then fork a supervised worker per request until
-    standard input closes."""
+    standard input closes; the socket and its folder are removed on the way out."""
     name_process(SERVER_NAME)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)  # launchers connecting while the modules load wait in the backlog
     try:
+        _serve(listener, modules)
+    finally:
+        listener.close()
+        try:
+            os.unlink(path)
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass  # the launcher removes them too, when it stops the server
+
+
+def _serve(listener: socket.socket, modules: list[str]) -> None:
+    try:
         preload(modules)
+        single_threaded()
     except BaseException:  # noqa: BLE001 - told to every launcher that connects, then exit
         failure = traceback.format_exc().strip().replace("\n", "\\n")
         for _ in range(16):
@@ -143,6 +170,8 @@ def _fork_supervisor(conn: socket.socket, listener: socket.socket,
             return
         if not request:
             return
+        sys.stdout.flush()  # or what is buffered would be written by the child too
+        sys.stderr.flush()
         try:
             supervisor = os.fork()
         except OSError as exc:
@@ -158,7 +187,7 @@ def _answer(conn: socket.socket, line: str) -> None:
     try:
         conn.sendall(f"{line}\n".encode())
     except OSError:
-        pass  # the launcher gave up; a worker it never heard of reports its run itself
+        pass  # the launcher gave up: without its go, a worker never starts the run
 
 
 def _exit(body) -> None:
@@ -183,6 +212,10 @@ def _exit(body) -> None:
 def _supervise(conn: socket.socket, request: str) -> int:
     name_process(SUPERVISOR_NAME)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C of the group is the worker's to handle
+    null = os.open(os.devnull, os.O_RDONLY)  # not the server's input: the launcher's pipe
+    os.dup2(null, sys.stdin.fileno())
+    os.close(null)
+    gate, opener = os.pipe()
     try:
         worker = os.fork()
     except OSError as exc:
@@ -190,20 +223,31 @@ def _supervise(conn: socket.socket, request: str) -> int:
         return 1
     if worker == 0:
         conn.close()
+        os.close(opener)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        _exit(lambda: _work(request))
+        _exit(lambda: _work(request, gate))
+    os.close(gate)
     _answer(conn, f"pid {worker}")
+    try:
+        go = read_line(conn) == "go"  # the launcher has recorded the worker on the run
+    except (OSError, ValueError):
+        go = False
     conn.close()
+    if go:
+        os.write(opener, b"g")
+    os.close(opener)  # without "go": the worker reads nothing and ends before the run
     _, status = os.waitpid(worker, 0)
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        _report_crash(request, worker, code)
+    if go:
+        _report_unfinished(request, worker, os.waitstatus_to_exitcode(status))
     return 0
 
 
-def _work(request: str) -> int:
-    """`dagster api execute_run REQUEST` in this process."""
+def _work(request: str, gate: int) -> int:
+    """`dagster api execute_run REQUEST` in this process, once the supervisor says go."""
     name_process(WORKER_NAME)
+    if os.read(gate, 1) != b"g":
+        return 0
+    os.close(gate)
     from dagster._cli.api import execute_run_command
 
     execute_run_command.main([request], prog_name="dagster api execute_run",
@@ -211,9 +255,10 @@ def _work(request: str) -> int:
     return 0
 
 
-def _report_crash(request: str, pid: int, code: int) -> None:
-    """Report the run of a worker that died failed, unless it ended (as the code server does)."""
-    from dagster import DagsterInstance
+def _report_unfinished(request: str, pid: int, code: int) -> None:
+    """Report the run of a worker that ended without ending it: failed (as the code server
+    does), or canceled if it was being canceled."""
+    from dagster import DagsterInstance, DagsterRunStatus
     from dagster._grpc.types import ExecuteRunArgs
     from dagster._serdes import deserialize_value
     from dagster._utils import get_run_crash_explanation
@@ -225,8 +270,13 @@ def _report_crash(request: str, pid: int, code: int) -> None:
             return
         message = get_run_crash_explanation(
             prefix=f"Run worker process {pid} for {run.run_id}", exit_code=code)
+        if code == 0:
+            message = f"Run worker process {pid} for {run.run_id} exited without ending the run."
         instance.report_engine_event(message, run)
-        instance.report_run_failed(run)
+        if run.status == DagsterRunStatus.CANCELING:
+            instance.report_run_canceled(run, message)
+        else:
+            instance.report_run_failed(run)
 
 
 def main(argv: list[str]) -> int:

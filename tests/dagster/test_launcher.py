@@ -42,16 +42,19 @@ def instance_home(tmp_path: Path, preload: list[str] = PRELOAD) -> Path:
     return home
 
 
-def launch(home: Path, jobs: Path, out: Path, sleep: float = 0.0) -> tuple[int, str]:
+def launch(home: Path, jobs: Path, out: Path, sleep: float = 0.0, leave: bool = False
+           ) -> tuple[int, str]:
     """`dagster job launch` of prefork_job; its exit code and output. The output goes to a
     file, not a pipe: the run's worker inherits it and may outlive the command."""
-    config = {"ops": {"report": {"config": {"out": str(out), "sleep": sleep}}}}
+    config = {"ops": {"report": {"config": {"out": str(out), "sleep": sleep, "exit": leave}}}}
     log = out.with_suffix(".log")
     with log.open("w") as sink:
         code = subprocess.run(
             [str(DAGSTER), "job", "launch", "-f", str(jobs), "-j", "prefork_job",
              "--config-json", json.dumps(config)],
-            env=subprocess_env(DAGSTER_HOME=str(home)), stdout=sink, stderr=subprocess.STDOUT,
+            env=subprocess_env(DAGSTER_HOME=str(home),
+                               PREFORK_TEST_IMPORTS=str(home.parent / "imports")),
+            stdout=sink, stderr=subprocess.STDOUT,
             timeout=180).returncode
     return code, log.read_text()
 
@@ -90,7 +93,10 @@ def test_runs_are_forks_of_the_preloaded_server_and_see_a_changed_code_location(
 
     assert run.status == dg.DagsterRunStatus.SUCCESS
     assert PreforkRunLauncher.worker_of(run)["pid"] == seen["pid"]
+    assert json.loads(seen["worker_tag"])["pid"] == seen["pid"]  # tagged before it ran
     assert seen["name"] == WORKER_NAME and seen["preloaded_wave"] and seen["version"] == 1
+    importers = (tmp_path / "imports").read_text().split()
+    assert str(seen["pid"]) in importers  # the worker imported the code location itself
 
     jobs.write_text(JOBS.read_text().replace("VERSION = 1", "VERSION = 2"))
     code, output = launch(home, jobs, tmp_path / "second.json")
@@ -141,6 +147,21 @@ def test_a_worker_killed_has_its_run_failed_by_its_supervisor(tmp_path):
     messages = [e.message or "" for e in
                 instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
     assert any(f"Run worker process {seen['pid']}" in m and "SIGKILL" in m for m in messages)
+
+
+def test_a_worker_that_ends_without_ending_its_run_has_it_failed(tmp_path):
+    home, out = instance_home(tmp_path), tmp_path / "seen.json"
+    code, output = launch(home, JOBS, out, leave=True)
+    assert code == 0, output
+    seen = wait_for(out)
+    instance = dg.DagsterInstance.from_config(str(home))
+    run = wait_finished(instance, last_run(instance).run_id)
+
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    messages = [e.message or "" for e in
+                instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+    assert f"Run worker process {seen['pid']} for {run.run_id} exited without ending the run." \
+        in messages
 
 
 def test_a_module_that_cannot_be_preloaded_fails_the_launch_with_its_error(tmp_path):
