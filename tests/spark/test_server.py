@@ -86,6 +86,41 @@ def test_one_server_for_concurrent_starters_on_loopback_replaced_after_kill(serv
     assert "no Spark server" in spark_cli("stop", env=server_env).stdout
 
 
+#: In a process of its own (the test process may hold a classic session): a step's session on a
+#: server that dies, while another step's `open_session` starts a new server and closes it.
+SIBLING = """
+import os, signal, time
+from lakelog.spark.server import ServerConfig, status
+from lakelog.spark.session import open_session, server_lost
+config = ServerConfig.from_environment(os.environ)
+held = open_session(server=config)
+assert held.range(3).count() == 3
+os.kill(status(config).pid, signal.SIGKILL)
+while status(config).alive:
+    time.sleep(0.1)
+fresh = open_session(server=config)
+assert fresh is not held and fresh.range(4).count() == 4
+try:
+    held.range(5).count()
+except Exception as exc:
+    print(type(exc).__name__, server_lost(exc))
+"""
+
+
+@pytest.mark.slow
+def test_a_session_closed_for_a_replaced_server_is_a_lost_server(server_env):
+    """The step still holding it asks for a retry (`assets.errors.engine_errors`) rather than
+    failing: its retry opens a session on the new server."""
+    config = ServerConfig.from_environment(server_env)
+    try:
+        said = subprocess.run([sys.executable, "-c", SIBLING], env=server_env,
+                              capture_output=True, text=True, timeout=300)
+        assert said.returncode == 0, said.stderr[-2000:]
+        assert said.stdout.split()[-1] == "True", said.stdout
+    finally:
+        stop(config)
+
+
 @pytest.mark.slow
 def test_a_server_that_cannot_bind_is_a_clear_error_with_its_log(server_env):
     config = ServerConfig.from_environment(server_env)

@@ -149,14 +149,15 @@ class _WhileServerLives(DefaultPolicy):
 
 def server_lost(exc: BaseException) -> bool:
     """Whether `exc` says the Spark Connect server went away (unreachable, or restarted and so
-    without the session): work that failed so can be run again on a new session."""
+    without the session, or the session closed because its server was replaced — by
+    `open_session` on another thread): work that failed so can be run again on a new session."""
     from pyspark.errors import PySparkException
     from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
     if not isinstance(exc, PySparkException):
         return False
-    if exc.getCondition() in ("INVALID_HANDLE.SESSION_CHANGED",
-                              "INVALID_HANDLE.SESSION_NOT_FOUND", "RETRIES_EXCEEDED"):
+    if exc.getCondition() in ("INVALID_HANDLE.SESSION_CHANGED", "INVALID_HANDLE.SESSION_NOT_FOUND",
+                              "RETRIES_EXCEEDED", "NO_ACTIVE_SESSION"):
         return True
     code = getattr(exc, "_grpc_status_code", None)  # no public getter before pyspark 4.1
     return isinstance(exc, SparkConnectGrpcException) and code is not None and (
