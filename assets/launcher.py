@@ -10,9 +10,10 @@ Configured in the instance's ``dagster.yaml`` (deploy/dagster.yaml does)::
 location's Python, which the launcher starts on its first launch (in the daemon, which launches
 queued runs) and which ends with it. The worker runs the run exactly as `dagster api
 execute_run` would, the command Dagster's container launchers run. Only code locations that
-Dagster itself runs from a Python environment here (`dagster dev`, a workspace's
-``python_module`` or ``python_file``) are forked; a ``grpc_server`` location the user runs,
-perhaps elsewhere, launches its runs through its code server, as with Dagster's default launcher.
+run from a Python environment here (`dagster dev`, a workspace's ``python_module`` or
+``python_file``) are forked (`PreforkRunLauncher.forks`); a ``grpc_server`` location reached
+over TCP, perhaps in a container or on another host, launches its runs through its code server,
+as with Dagster's default launcher.
 
 The run is tagged with its worker's host, pid and start time before the worker starts it, which
 is how `terminate` (an interrupt, as the code server sends) and run monitoring
@@ -197,15 +198,21 @@ class PreforkRunLauncher(DefaultRunLauncher):
 
     @staticmethod
     def forks(run: dg.DagsterRun) -> bool:
-        """Whether the run's code location is one Dagster itself runs from a Python environment
-        on this machine (`dagster dev`, a workspace's ``python_module``/``python_file``): its
-        runs are forked here. A code server the user runs (a ``grpc_server`` location, perhaps
-        in a container or on another host) launches its own."""
-        from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin
+        """Whether the run's code location runs from a Python environment on this machine, so
+        its runs are forked here: one Dagster starts itself (a workspace's ``python_module`` or
+        ``python_file`` under `dagster-daemon`), or a code server reached over a Unix socket
+        (`dagster dev` starts one per location so). A code server reached over TCP — perhaps in
+        a container or on another host — or one in a container image launches its own runs."""
+        from dagster._core.remote_origin import (
+            GrpcServerCodeLocationOrigin,
+            ManagedGrpcPythonEnvCodeLocationOrigin,
+        )
 
         origin, remote = run.job_code_origin, run.remote_job_origin
         location = remote.repository_origin.code_location_origin if remote is not None else None
-        return (origin is not None and isinstance(location, ManagedGrpcPythonEnvCodeLocationOrigin)
+        here = isinstance(location, ManagedGrpcPythonEnvCodeLocationOrigin) or (
+            isinstance(location, GrpcServerCodeLocationOrigin) and location.socket is not None)
+        return (here and origin is not None and origin.repository_origin.container_image is None
                 and bool(origin.executable_path) and os.path.exists(origin.executable_path))
 
     @staticmethod

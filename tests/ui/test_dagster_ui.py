@@ -12,9 +12,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from dagster._core.execution.backfill import BulkActionStatus
 from deltalake import DeltaTable
 from processes import free_port, stop_group, subprocess_env
+
+from lakelog.assets.launcher import PreforkRunLauncher
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +53,9 @@ def dagster_dev(tmp_path_factory):
     (landing / "ui.ndjson").write_text("".join(view(i) + "\n" for i in range(5)) + "{broken\n")
     port = free_port()
     dagster_home = tmp_path_factory.mktemp("dagster_home")
+    deploy = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
+    (dagster_home / "dagster.yaml").write_text(  # runs forked as deploy/dagster.yaml has them
+        yaml.safe_dump({"run_launcher": deploy["run_launcher"]}))
     env = subprocess_env(DAGSTER_HOME=str(dagster_home), LAKELOG_HOME=str(home))
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
@@ -118,7 +124,7 @@ def test_ui_shows_assets_sensors_and_schedule(dagster_dev, page):
 
 
 def test_materialize_from_the_ui_writes_the_log(dagster_dev, page):
-    url, home, _ = dagster_dev
+    url, home, dagster_home = dagster_dev
     page.goto(f"{url}/assets/log/page_views")
     button = page.locator("button", has_text="Materialize").first
     button.wait_for(timeout=60_000)
@@ -131,6 +137,11 @@ def test_materialize_from_the_ui_writes_the_log(dagster_dev, page):
     else:
         pytest.fail("the run launched from the UI did not write the log")
     assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 5
+    # Launched by the daemon of `dagster dev` through the prefork launcher: a forked worker.
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+    launched = [r for r in instance.get_runs() if r.status not in (
+        dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING)]
+    assert launched and all(PreforkRunLauncher.worker_of(r) for r in launched)
     # The materialization's metadata is shown on the asset page.
     for _ in range(60):
         page.goto(f"{url}/assets/log/page_views")
