@@ -20,12 +20,6 @@ only after its first attempt); a step's upstream steps end before it starts
 another can be tagged and limited with `tag_concurrency_limits`, as with the multiprocess
 executor.
 
-Of the ready steps, those heading the longest path of work to the end of the run go first
-(`critical_path_first`, by each step's duration in the job's last successful run; Dagster's
-`dagster/priority` tag still comes before): with two steps at a time, Dagster's own order (by
-name) left e.g. `tables/customers`' checks and the model reading it for the end of a pipeline
-run, behind short steps that nothing waits for.
-
 A run that is interrupted (terminated from the UI) stops taking steps, lets the steps under way
 end (a thread cannot be interrupted; a microbatch is short) and then raises, as it does when a
 step's thread raises; the run's events are complete either way.
@@ -35,10 +29,9 @@ from __future__ import annotations
 
 import os
 import queue
-import statistics
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from typing import Any
 
@@ -58,7 +51,6 @@ from dagster._core.execution.plan.execute_plan import (
 )
 from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 from dagster._core.execution.plan.plan import ExecutionPlan
-from dagster._core.execution.plan.step import ExecutionStep
 from dagster._core.execution.retries import RetryMode, get_retries_config
 from dagster._core.execution.step_dependency_config import (
     StepDependencyConfig,
@@ -66,7 +58,6 @@ from dagster._core.execution.step_dependency_config import (
 )
 from dagster._core.execution.tags import get_tag_concurrency_limits_config
 from dagster._core.executor.base import Executor
-from dagster._core.storage.tags import PRIORITY_TAG
 from dagster._utils.error import serializable_error_info_from_exc_info
 
 from lakelog.errors import ConfigError
@@ -152,9 +143,6 @@ class ThreadedExecutor(Executor):
         with ExitStack() as stack:
             active = stack.enter_context(execution_plan.start(
                 retry_mode=job_context.retry_mode,
-                sort_key_fn=critical_path_first(
-                    execution_plan, last_durations(job_context.instance, job_context.job_name,
-                                                   job_context.run_id)),
                 max_concurrent=self.max_concurrent,
                 tag_concurrency_limits=self.tag_concurrency_limits,
                 instance_concurrency_context=concurrency,
@@ -210,45 +198,6 @@ class ThreadedExecutor(Executor):
                 yield from _trigger_hook(step_context, step_events)
             if failure is not None:  # raised once the steps under way have ended
                 raise failure
-
-
-def last_durations(instance: dg.DagsterInstance, job_name: str, run_id: str
-                   ) -> dict[str, float]:
-    """Each step's duration (s) in the job's last successful run before `run_id`."""
-    records = instance.get_run_records(
-        dg.RunsFilter(job_name=job_name, statuses=[dg.DagsterRunStatus.SUCCESS]), limit=2)
-    for record in records:
-        if record.dagster_run.run_id != run_id:
-            return {s.step_key: s.end_time - s.start_time
-                    for s in instance.get_run_step_stats(record.dagster_run.run_id)
-                    if s.start_time is not None and s.end_time is not None}
-    return {}
-
-
-def critical_path_first(plan: ExecutionPlan, durations: Mapping[str, float]
-                        ) -> Callable[[ExecutionStep], tuple[int, float]]:
-    """The order ready steps are taken in: Dagster's priority tag first, then the longest path
-    of work from the step to the end of the run — its own duration plus its slowest chain of
-    downstream steps, by `durations` (a step without one counts as the median). With two steps
-    at a time, a chain that holds up the run's last tables (e.g. a table's consumer → its
-    checks → the joins and models reading it) starts before short steps that nothing waits for.
-    """
-    steps = plan.get_steps_to_execute_in_topo_order()
-    downstream: dict[str, list[str]] = {s.key: [] for s in steps}
-    for step in steps:
-        for upstream in step.get_execution_dependency_keys():
-            if upstream in downstream:
-                downstream[upstream].append(step.key)
-    usual = statistics.median(durations.values()) if durations else 1.0
-    remaining: dict[str, float] = {}
-    for step in reversed(steps):  # every downstream step before its upstream steps
-        remaining[step.key] = durations.get(step.key, usual) + max(
-            (remaining[d] for d in downstream[step.key]), default=0.0)
-
-    def key(step: ExecutionStep) -> tuple[int, float]:
-        return -int(step.tags.get(PRIORITY_TAG, 0)), -remaining.get(step.key, usual)
-
-    return key
 
 
 def steps_at_once(environ: Mapping[str, str]) -> int:

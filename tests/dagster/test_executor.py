@@ -5,7 +5,6 @@ job on it in this process (as `lakelog run` and `lakelog demo` do)."""
 from __future__ import annotations
 
 import threading
-import time
 
 import dagster as dg
 import pytest
@@ -206,42 +205,3 @@ def test_a_raised_failure_lets_the_steps_under_way_end_first():
         done = [r.dagster_event.step_key for r in instance.all_logs(run.run_id)
                 if r.dagster_event and r.dagster_event.event_type_value == "STEP_SUCCESS"]
     assert record == ["end c"] and sorted(done) == ["a", "c"]
-
-
-def _chain_and_leaves(record: list[str], slow_leaf: float = 0.0) -> list[dg.AssetsDefinition]:
-    """Two leaves nothing waits for (`a_leaf` sleeps `slow_leaf` s), and a chain z1 → z2 → z3,
-    named so that Dagster's own order (by name, all priorities equal) takes the leaves first."""
-    def asset(name: str, deps: list | None = None, sleep: float = 0.0):
-        @dg.asset(name=name, deps=deps or [])
-        def _step() -> None:
-            record.append(name)
-            time.sleep(sleep)
-        return _step
-
-    z1 = asset("z1")
-    z2 = asset("z2", [z1])
-    return [asset("a_leaf", sleep=slow_leaf), asset("b_leaf"), z1, z2, asset("z3", [z2])]
-
-
-def test_the_longest_chain_of_work_is_taken_first():
-    record: list[str] = []
-    result = _run(_chain_and_leaves(record), max_concurrent=1)
-    assert result.success
-    # No run before: every step counts alike, and z1 heads the longest chain (3 steps), then z2
-    # (2); after that every ready step has one left, and Dagster's order decides.
-    assert record[:2] == ["z1", "z2"] and sorted(record) == ["a_leaf", "b_leaf", "z1", "z2", "z3"]
-
-
-def test_the_last_runs_durations_weigh_the_chains():
-    job = dg.define_asset_job("j", executor_def=threaded_executor)
-    record: list[str] = []
-    defs = dg.Definitions(assets=_chain_and_leaves(record, slow_leaf=1.0), jobs=[job])
-    one_by_one = {"execution": {"config": {"max_concurrent": 1}}}
-    with dg.DagsterInstance.ephemeral() as instance:
-        for _ in range(2):
-            result = execute_here(defs.resolve_job_def("j"), instance=instance,
-                                  run_config=one_by_one, tags={}, raise_on_error=False)
-            assert result.success
-    # The first run took the chain first; the second knew that a_leaf alone takes longer than
-    # the whole chain (1 s of sleep against three steps that do nothing).
-    assert record[0] == "z1" and record[5] == "a_leaf" and len(record) == 10
