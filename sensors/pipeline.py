@@ -8,8 +8,8 @@ takes what arrived meanwhile. The run key is a digest of the work found, and the
 the last one, so the same state is never requested twice. Every tick also reports consumer lag
 as observations (`lakelog.sensors.observations`), except that while a run holds the pipeline
 lag is looked up at most every `OBSERVE_EVERY_S` seconds: the ticks come every 5 s (each loop
-of Dagster's sensor daemon, `INTERVAL_S`), so that a run follows the end of the last one within seconds, and a
-tick in the middle of a run need not read every consumer's metadata again.
+of Dagster's sensor daemon, `INTERVAL_S`), so that a run follows the end of the last one within
+seconds, and a tick in the middle of a run need not read every consumer's metadata again.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def _held(active: dg.DagsterRun) -> str:
 
 def _observed_lately(cursor: dict[str, Any], now: datetime) -> bool:
     at = cursor.get("observed_at")
-    return at is not None and 0 <= (now - datetime.fromisoformat(at)).total_seconds() < OBSERVE_EVERY_S
+    age = None if at is None else (now - datetime.fromisoformat(at)).total_seconds()
+    return age is not None and 0 <= age < OBSERVE_EVERY_S
 
 
 def _active_run(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
@@ -70,8 +71,8 @@ def pipeline_sensor(
 ) -> dg.SensorDefinition:
     """The sensor of `job` (`live.job()`); it starts running with the code location.
 
-    A tick every `minimum_interval_seconds` (default 4: each loop of the daemon) keeps a landed file's way into every
-    derived table short. Its cursor is ``{"requested": <run key>, "observed": {consumer:
+    A tick every `minimum_interval_seconds` (default 4: each loop of the daemon) keeps a landed
+    file's way into every derived table short. Its cursor is ``{"requested": <run key>, "observed": {consumer:
     values}, "observed_at": <when>}``.
     """
 
