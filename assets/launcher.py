@@ -33,7 +33,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -43,6 +42,7 @@ from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 from dagster._serdes import ConfigurableClassData, serialize_value
 
 from lakelog.assets.prefork import PRELOAD, read_line
+from lakelog.procfs import stat_fields
 
 #: The run tag naming the run's worker: ``{"host": ..., "pid": ..., "started": ...}``.
 WORKER_TAG = "lakelog/run_worker"
@@ -50,11 +50,8 @@ WORKER_TAG = "lakelog/run_worker"
 
 def process_started(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot (None: no such process)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])  # field 22, after the command name
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 class PreforkServer:

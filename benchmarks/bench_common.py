@@ -8,11 +8,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from typing import Any
 
 from lakelog.lake import EmbeddedLake
+from lakelog.procfs import stat_fields
 from lakelog.spark.session import create_session
 
 
@@ -48,5 +48,7 @@ def spark_codegen(spark: Any) -> Iterator[None]:
 
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user and system) process `pid` has used, from ``/proc/<pid>/stat``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
+    if fields is None:
+        raise ProcessLookupError(f"no process {pid}")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -41,6 +41,7 @@ from lakelog.lake import EmbeddedLake
 from lakelog.log import ingest, offsets
 from lakelog.log.topics import Topic
 from lakelog.spark.session import create_session
+from lakelog.procfs import stat_fields
 
 INGEST_TARGET = 50_000  # records/s, landing -> log, on 2 cores
 RATIO_TARGET = 1.3  # median batch time with the large history / with the small one
@@ -112,10 +113,8 @@ def cpu_seconds(pid: int | None) -> float:
     for who in ("self", pid):
         if who is None:
             continue
-        try:
-            with open(f"/proc/{who}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+        fields = stat_fields(who)
+        if fields is None:
             continue
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total

@@ -31,6 +31,7 @@ from pathlib import Path
 import pyspark
 
 from lakelog.errors import ConfigError, LakelogError
+from lakelog.procfs import stat_fields
 from lakelog.spark.session import SERVER_LOG4J, session_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -219,11 +220,12 @@ def _server_pid(config: ServerConfig) -> int | None:
     proc = Path(f"/proc/{pid}")
     if not proc.exists():  # no /proc (macOS): trust a live pid
         return pid
+    fields = stat_fields(pid)
+    if not fields or fields[0] == "Z":  # gone, or killed and not reaped yet by its parent
+        return None
     try:
-        if proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return None  # killed, not reaped yet by the process that started it
         cmdline = proc.joinpath("cmdline").read_bytes().decode(errors="replace")
-    except (FileNotFoundError, IndexError):
+    except FileNotFoundError:
         return None
     # Empty while the launcher scripts exec the JVM; otherwise it must name this server.
     if cmdline and (SERVER_CLASS not in cmdline or f"binding.port={config.port}" not in cmdline):
