@@ -40,6 +40,8 @@ import sys
 import threading
 import traceback
 
+from lakelog.spark.doctest_guard import not_a_doctest
+
 #: What a run worker of a lakelog pipeline imports before its first step, heaviest last.
 PRELOAD = (
     "dagster",
@@ -83,15 +85,9 @@ def read_line(conn: socket.socket) -> str:
 
 def preload(modules: list[str]) -> None:
     """Import `modules`; a failure ends the server, and every launch then reports it."""
-    guarded = not hasattr(sys, "ps1")
-    if guarded:  # pyspark.sql.connect exits a process it takes for a doctest run; see quality/gx
-        sys.ps1 = ">>> "
-    try:
+    with not_a_doctest():
         for module in modules:
             importlib.import_module(module)
-    finally:
-        if guarded:
-            del sys.ps1
 
 
 def single_threaded() -> None:
@@ -268,10 +264,9 @@ def _report_unfinished(request: str, pid: int, code: int) -> None:
         run = instance.get_run_by_id(args.run_id)
         if run is None or run.is_finished:
             return
-        message = get_run_crash_explanation(
-            prefix=f"Run worker process {pid} for {run.run_id}", exit_code=code)
-        if code == 0:
-            message = f"Run worker process {pid} for {run.run_id} exited without ending the run."
+        prefix = f"Run worker process {pid} for {run.run_id}"
+        message = (f"{prefix} exited without ending the run." if code == 0
+                   else get_run_crash_explanation(prefix=prefix, exit_code=code))
         instance.report_engine_event(message, run)
         if run.status == DagsterRunStatus.CANCELING:
             instance.report_run_canceled(run, message)
