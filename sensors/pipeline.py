@@ -114,6 +114,8 @@ def pipeline_sensor(
             run_requests=[dg.RunRequest(
                 run_key=run_key,
                 asset_selection=sorted(selected, key=lambda k: k.to_user_string()),
+                # without it Dagster runs every check of the selected assets, the audits too
+                asset_check_keys=live.checks_of(selected),
                 partition_key=live.partition_key(selected, now),
                 tags={CATCH_UP_TAG: "true"},
             )],

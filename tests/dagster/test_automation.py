@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 from shop_records import SHOP_RECORDS, order, page_view
 
-from lakelog.assets.location import build_definitions
+from lakelog.assets.location import build_definitions, build_location
 from lakelog.assets.partitions import HOURLY
 from lakelog.consumers import lag, run_until_caught_up
 from lakelog.demo.pipeline import pipeline as shop
@@ -94,6 +94,12 @@ def test_new_files_and_lagging_consumers_become_one_run(shop_lake, land, tick):
     assert not any(k.path[0] == "replays" for k in selected)
     assert CLV not in selected  # tables/customers: no source, so nothing writes it yet
     assert request.partition_key == HOURLY.get_last_partition_key()  # the hourly funnel
+    # The checks that gate the selected consumers and warn on its models, not the audits
+    # (without a selection Dagster would run every check of the selected assets).
+    live = build_location(shop).live
+    assert request.asset_check_keys == live.checks_of(selected)
+    assert dg.AssetCheckKey(PAGE_VIEWS, "log_integrity") in request.asset_check_keys
+    assert live.audits and not live.audits & set(request.asset_check_keys)
     assert request.run_key == tick(None).run_requests[0].run_key  # the same work, the same key
 
     stats = observed(first)[STATS]

@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from instances import REPO, deploy_instance
 from processes import stop_group, subprocess_env
 
+from lakelog.assets.location import build_location
 from lakelog.consumers import lag
 from lakelog.demo import shop_cdc
 from lakelog.demo.shop import CONSUMERS, TOPICS
@@ -106,4 +107,14 @@ def test_the_daemon_brings_every_derived_table_up_to_date(homes, tmp_path):
     assert not left, f"still waiting for {left}; pipeline runs: {statuses}"
     assert runs and all(r.dagster_run.tags.get("dagster/sensor_name") == "pipeline" for r in runs)
     assert rows(home, "log/page_views") > 0 and rows(home, "log/cdc.customers") > 0
+    # The runs evaluate the checks that gate consumers, not the audits (the audit job's).
+    pipeline_runs = {r.dagster_run.run_id for r in runs}
+    live = build_location(pipeline).live
+    evaluated = {key: {e.run_id for e in instance.event_log_storage
+                       .get_asset_check_execution_history(key, limit=100)} & pipeline_runs
+                 for key in live.audits | live.checks}
+    filled_topics = [k for k in live.checks
+                     if k.asset_key.path[0] == "log" and rows(home, k.asset_key.to_user_string())]
+    assert len(filled_topics) > 5 and all(evaluated[k] for k in filled_topics)
+    assert not any(evaluated[k] for k in live.audits)
 
