@@ -18,7 +18,10 @@ and handed to the plan's bookkeeping, in that order, once it has ended (so a ret
 only after its first attempt); a step's upstream steps end before it starts
 (every dependency of the graph is a Dagster dependency). Steps that must not overlap one
 another can be tagged and limited with `tag_concurrency_limits`, as with the multiprocess
-executor.
+executor. Steps tagged `VALIDATION_TAG` (the Great Expectations checks) run one at a time
+whatever the config says: validations take turns in the process anyway (one GX context at a
+time, `lakelog.quality.validate`), so a second one would hold a thread only to wait, while a
+consumer could use it.
 
 A run that is interrupted (terminated from the UI) stops taking steps, lets the steps under way
 end (a thread cannot be interrupted; a microbatch is short) and then raises, as it does when a
@@ -69,6 +72,8 @@ MAX_CONCURRENT = 2
 STEPS_VARIABLE = "LAKELOG_STEPS_AT_ONCE"
 #: How often the run's thread looks for a termination while steps are under way.
 POLL_SECONDS = 0.5
+#: Steps that validate with Great Expectations: one at a time in a run.
+VALIDATION_TAG = "lakelog/validation"
 _DONE = object()
 
 
@@ -85,7 +90,10 @@ class ThreadedExecutor(Executor):
             raise ConfigError(
                 f"the threaded executor's max_concurrent must be at least 1, not {max_concurrent}")
         self.max_concurrent = max_concurrent
-        self.tag_concurrency_limits = list(tag_concurrency_limits or [])
+        limits = list(tag_concurrency_limits or [])
+        if not any(limit.get("key") == VALIDATION_TAG for limit in limits):
+            limits.append({"key": VALIDATION_TAG, "limit": 1})
+        self.tag_concurrency_limits = limits
         self._step_dependency_config = step_dependency_config
 
     @property

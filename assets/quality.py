@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from lakelog.assets.errors import engine_errors
+from lakelog.assets.executor import VALIDATION_TAG
 from lakelog.assets.naming import output_key, topic_key
 from lakelog.cdc.captured import CapturedSource
 from lakelog.cdc.compacted import CompactedTable
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 
 _PRELOAD: list[threading.Thread] = []
+#: Dagster's step priority tag: among the steps ready in a run, higher goes first.
+PRIORITY_TAG = "dagster/priority"
 
 
 def checks_follow(context: dg.AssetExecutionContext) -> bool:
@@ -135,9 +138,10 @@ def passed_version(instance: dg.DagsterInstance, check: TableCheck) -> int | Non
 def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.AssetChecksDefinition:
     """`checks` as one step that evaluates the selected ones, one after another.
 
-    One step instead of one per check: each step costs a pipeline run its own Dagster
-    bookkeeping. A check that raises does not keep the others from being evaluated; the step
-    fails after them. `name` defaults to Dagster's own name for a single check.
+    A check that raises does not keep the others from being evaluated; the step fails after
+    them. `name` defaults to Dagster's own name for a single check. The step goes first among
+    the steps ready in a run (what it gates waits for it), and one validation step runs at a
+    time (`VALIDATION_TAG`).
     """
     by_key = {c.check_key: c for c in checks}
     if name is None:
@@ -149,6 +153,7 @@ def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.As
                for c in checks],
         name=name,
         can_subset=True,
+        op_tags={VALIDATION_TAG: "great_expectations", PRIORITY_TAG: "1"},
     )
     def _checks(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> Iterator:
         from lakelog.quality.validate import validate
@@ -229,15 +234,17 @@ def topic_check(topic: Topic) -> dg.AssetChecksDefinition:
 def quality_checks(
     topics: Mapping[str, Topic], sources: Sequence[CapturedSource] = ()
 ) -> list[dg.AssetChecksDefinition]:
-    """The blocking checks of every topic in `topics`, and of every source's changelog topics
-    (one step, `log_checks`), and of its compacted and history tables (`table_checks`)."""
+    """The blocking checks of every topic in `topics` and of every source's changelog topics,
+    a step per topic, and of its compacted and history tables (one step, `table_checks`).
+
+    A step per topic: a topic's consumers start once its own check has passed, beside the
+    checks of the other topics, and a check that raises stops only its topic's consumers."""
     changelogs = {n: t for s in sources for n, t in s.changelogs.items()}
-    logs = [_topic_check(t) for t in {**topics, **changelogs}.values()]
     tables = [
         *(_compacted_check(t) for s in sources for t in s.compacted.values()),
         *(_history_check(t) for s in sources for t in s.history.values()),
     ]
-    steps = [table_checks(logs, "log_checks")]
+    steps = [topic_check(t) for t in {**topics, **changelogs}.values()]
     if tables:
         steps.append(table_checks(tables, "table_checks"))
     return steps

@@ -9,7 +9,12 @@ import threading
 import dagster as dg
 import pytest
 
-from lakelog.assets.executor import STEPS_VARIABLE, execute_here, threaded_executor
+from lakelog.assets.executor import (
+    STEPS_VARIABLE,
+    VALIDATION_TAG,
+    execute_here,
+    threaded_executor,
+)
 from lakelog.errors import ConfigError
 
 #: How long a step waits for its sibling to arrive before the test fails (not a timing
@@ -103,6 +108,44 @@ def test_one_at_a_time_when_configured():
     result = _run([a, sibling("b"), sibling("c"), sibling("e")], max_concurrent=1)
     assert result.success
     assert most[0] == 1 and sorted(record) == ["a", "b", "c", "e"]
+
+
+def test_validation_steps_take_turns_while_other_steps_run_beside_them():
+    """Two validation steps never overlap; a step of another kind runs beside one (it meets
+    it at a barrier), and ready validations go first when they have priority."""
+    meet = threading.Barrier(2, timeout=MEET_TIMEOUT)
+    lock = threading.Lock()
+    validating, most, record = [0], [0], []
+
+    @dg.asset
+    def a() -> None:
+        record.append("a")
+
+    def validation(name: str):
+        @dg.asset(name=name, deps=[a], op_tags={VALIDATION_TAG: "gx", "dagster/priority": "1"})
+        def step() -> None:
+            with lock:
+                validating[0] += 1
+                most[0] = max(most[0], validating[0])
+                record.append("check")
+                first = record.count("check") == 1
+            if first:
+                meet.wait()  # the consumer runs beside it, not the other check
+            with lock:
+                validating[0] -= 1
+        return step
+
+    @dg.asset(deps=[a])
+    def consumer() -> None:
+        record.append("consumer")
+        meet.wait()
+
+    result = _run([a, validation("check_1"), validation("check_2"), consumer])
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    assert most[0] == 1
+    # The consumer met the first check, so the second waited for both, though it was ready.
+    assert record[0] == "a" and sorted(record[1:3]) == ["check", "consumer"]
+    assert record[3] == "check"
 
 
 def test_a_failed_step_skips_its_downstream_steps_and_fails_the_run():

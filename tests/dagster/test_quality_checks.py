@@ -88,16 +88,18 @@ def test_a_failing_topic_check_blocks_the_models_downstream(shop_lake, resources
 def test_the_topic_checks_run_as_one_step_each_with_its_own_verdict(shop_lake, resources):
     log = shop_lake.read(shop_lake.snapshot(ORDERS.path))  # a duplicate offset, behind our back
     shop_lake.write(shop_lake.snapshot(ORDERS.path), log.limit(1))
-    [log_checks] = quality_checks(TOPICS)
+    log_checks = quality_checks(TOPICS)
 
-    result = dg.materialize([topic_assets(list(TOPICS.values())), log_checks],
+    result = dg.materialize([topic_assets(list(TOPICS.values())), *log_checks],
                             resources=resources, raise_on_error=False)
 
     verdicts = {e.asset_key.path[-1]: e.passed for e in result.get_asset_check_evaluations()}
     assert verdicts == {"page_views": True, "cart_events": True, "orders": False,
                         "searches": True, "clicks": True}  # the last two: no table yet
     steps = {e.step_key for e in result.all_events if e.event_type_value == "STEP_START"}
-    assert steps == {"ingest", "log_checks"}
+    assert steps == {"ingest"} | {f"log__{t}_log_integrity" for t in TOPICS}
+    failed = {e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"}
+    assert failed == {"log__orders_log_integrity"}  # a blocking check failed: its step alone
 
 
 def test_a_topic_check_validates_what_was_appended_since_it_passed(shop_lake, resources, land):

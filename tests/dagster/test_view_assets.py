@@ -10,7 +10,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakelog.assets.partitions import HOURLY
-from lakelog.assets.quality import quality_checks
+from lakelog.assets.executor import VALIDATION_TAG
+from lakelog.assets.quality import PRIORITY_TAG, quality_checks
 from lakelog.assets.views import lakelog_tables, view_definitions
 from lakelog.demo.pipeline import MODELS_DIR
 from lakelog.demo.shop import CONSUMERS, TOPICS
@@ -70,7 +71,12 @@ def test_every_model_is_an_asset_depending_on_its_refs():
     assert specs["tables/customers"].name == names.COMPACTED_CHECK
     assert specs["history/customers"].name == names.HISTORY_CHECK
     assert len(specs) == len(TOPICS) + 3 * len(SHOP.tables)
-    assert [c.node_def.name for c in checks] == ["log_checks", "table_checks"]  # a step each
+    # A step per topic, one for the tables; validations go first and one at a time.
+    assert [c.node_def.name for c in checks] == [
+        *(f"log__{t.replace('.', '_')}_log_integrity" for t in (*TOPICS, *SHOP.changelogs)),
+        "table_checks"]
+    assert all(c.node_def.tags == {VALIDATION_TAG: "great_expectations", PRIORITY_TAG: "1"}
+               for c in checks)
     assert all(s.blocking for s in specs.values())
 
 
