@@ -3,9 +3,14 @@
 Each tick finds the roots — assets with new input, from metadata only (`lakelog.sensors.roots`)
 — and requests ONE run of the pipeline job selecting them and everything downstream of them;
 Dagster runs the steps in dependency order, and a downstream step with nothing new finishes
-quickly. While a pipeline run is queued or in progress no other is requested: the next tick
-takes what arrived meanwhile. The run key is a digest of the work found, and the cursor keeps
-the last one, so the same state is never requested twice. Every tick also reports consumer lag
+quickly. While a pipeline run is queued no other is requested: it takes what arrives meanwhile.
+While one is in progress, the next is requested as soon as input arrives that the run will not
+take — landing files after its ingest, source changes after its capture — so that it waits in
+Dagster's run queue and starts as the run ends, not a tick later: the instance must hold it
+there (`queues_behind`: the run queue, pools claimed per run, one slot each, as in
+deploy/dagster.yaml); on any other instance the next run is requested once the run has ended.
+The run key is a digest of the work found, and the cursor keeps the last one, so the same state
+is never requested twice. Every tick also reports consumer lag
 as observations (`lakelog.sensors.observations`), except that while a run holds the pipeline
 lag is looked up at most every `OBSERVE_EVERY_S` seconds: the ticks come every 5 s (each loop
 of Dagster's sensor daemon, `INTERVAL_S`), so that a run follows the end of the last one within
@@ -19,13 +24,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+from dagster._core.instance.config import PoolGranularity
 
 from lakelog.assets.naming import CATCH_UP_TAG
 from lakelog.assets.pipeline import PIPELINE, LiveGraph
 from lakelog.resources import LakeResource, SourceResource
 from lakelog.sensors.cursors import digest
 from lakelog.sensors.observations import lag_values, observations
-from lakelog.sensors.roots import find_roots
+from lakelog.sensors.roots import INPUT_LABELS, Found, find_inputs, find_roots, input_mark
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -37,6 +43,11 @@ ACTIVE = [
     dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING,
 ]
+
+
+#: Statuses of a run that has not started yet: it takes whatever input arrives meanwhile.
+WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
+           dg.DagsterRunStatus.STARTING]
 
 
 #: While a pipeline run is queued or in progress, how often a tick looks up lag (seconds).
@@ -58,11 +69,26 @@ def _observed_lately(cursor: dict[str, Any], now: datetime) -> bool:
     return age is not None and 0 <= age < OBSERVE_EVERY_S
 
 
-def _active_run(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
-    records = instance.get_run_records(
-        dg.RunsFilter(job_name=PIPELINE, statuses=ACTIVE), limit=1
-    )
-    return records[0].dagster_run if records else None
+def _active_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    records = instance.get_run_records(dg.RunsFilter(job_name=PIPELINE, statuses=ACTIVE))
+    return [r.dagster_run for r in records]
+
+
+def queues_behind(instance: dg.DagsterInstance) -> bool:
+    """Whether a pipeline run requested while another is in progress waits in the queue until
+    it has ended: Dagster's run queue with pools claimed per run and one slot each (both runs
+    hold the ingest's and the consumers' pools)."""
+    config = instance.get_concurrency_config()
+    pools = config.pool_config
+    return (config.run_queue_config is not None
+            and pools.pool_granularity == PoolGranularity.RUN and pools.default_pool_limit == 1)
+
+
+def _untaken(found: Found, marks: dict[str, Any]) -> list[str]:
+    """The input roots in `found` that the run requested with `marks` does not take: new since
+    it took its share (its mark moved), or not requested at all."""
+    return sorted(label for label, state in found.work.items()
+                  if label.startswith(INPUT_LABELS) and marks.get(label) != input_mark(label, state))
 
 
 def pipeline_sensor(
@@ -72,7 +98,8 @@ def pipeline_sensor(
     """The sensor of `job` (`live.job()`); it starts running with the code location.
 
     A tick every `minimum_interval_seconds` (default 4: each loop of the daemon) keeps a landed
-    file's way into every derived table short. Its cursor is ``{"requested": <run key>, "observed": {consumer:
+    file's way into every derived table short. Its cursor is ``{"requested": <run key>,
+    "marks": {input root: what the requested run moves on taking it}, "observed": {consumer:
     values}, "observed_at": <when>}``.
     """
 
@@ -81,23 +108,29 @@ def pipeline_sensor(
     ) -> dg.SensorResult:
         now = datetime.now(timezone.utc)
         last: dict[str, Any] = json.loads(context.cursor or "{}")
-        active = _active_run(context.instance)
-        if active is not None and _observed_lately(last, now):  # the cursor stays as it is
+        runs = _active_runs(context.instance)
+        active = next((r for r in runs if r.status in WAITING), runs[0] if runs else None)
+        the_lake, root = lake.open(), lake.resolved_root()
+        inputs, untaken = None, []
+        if active is not None and active.status not in WAITING and queues_behind(
+                context.instance):  # in progress: input it will not take is the next run's
+            inputs = find_inputs(live, the_lake, source, root=root, now=now)
+            untaken = _untaken(inputs, last.get("marks", {}))
+        if active is not None and not untaken and _observed_lately(last, now):  # cursor kept
             return dg.SensorResult(skip_reason=_held(active) + "; lag was looked up "
                                    f"less than {OBSERVE_EVERY_S:g} s ago")
-        the_lake = lake.open()
-        found = find_roots(live, the_lake, context.instance, source,
-                           root=lake.resolved_root(), now=now)
+        found = find_roots(live, the_lake, context.instance, source, root=root, now=now,
+                           inputs=inputs)
         values = {name: lag_values(b, state, now) for name, (b, state) in found.backlogs.items()}
         events = observations(live.consumers, values, last.get("observed", {}))
-        cursor = {"requested": last.get("requested"), "observed": values,
-                  "observed_at": now.isoformat()}
+        cursor = {"requested": last.get("requested"), "marks": last.get("marks", {}),
+                  "observed": values, "observed_at": now.isoformat()}
 
         def skip(reason: str) -> dg.SensorResult:
             return dg.SensorResult(skip_reason=reason, asset_events=events,
                                    cursor=json.dumps(cursor, sort_keys=True))
 
-        if active is not None:
+        if active is not None and not untaken:
             return skip(_held(active))
         notes = "".join(f"; {n}" for n in found.notes)
         if not found.roots:
@@ -107,9 +140,14 @@ def pipeline_sensor(
             return skip(f"this work was requested already (run key {run_key}){notes}")
         selected, left_out = live.runnable(live.closure(found.roots), the_lake.exists)
         found.notes.extend(left_out)
+        if untaken:
+            found.notes.append(f"queued behind run {active.run_id}, which will not take "
+                               f"{', '.join(untaken)}")
         context.log.info(f"new input: {', '.join(sorted(found.work))}; "
                          f"{len(selected)} assets{''.join(f'; {n}' for n in found.notes)}")
         cursor["requested"] = run_key
+        cursor["marks"] = {label: input_mark(label, state) for label, state in found.work.items()
+                           if label.startswith(INPUT_LABELS)}
         return dg.SensorResult(
             run_requests=[dg.RunRequest(
                 run_key=run_key,

@@ -126,6 +126,28 @@ def _models(found: Found, live: LiveGraph, lake: Lake) -> None:
             found.add([dg.AssetKey(model.path.split("/"))], f"model:{name}", reason)
 
 
+#: Labels of the roots whose input comes from outside the lake: a source's changes to capture,
+#: landing files to ingest.
+INPUT_LABELS = ("capture:", "topic:")
+
+
+def input_mark(label: str, state: Any) -> Any:
+    """What of an input root's state a run moves on when it takes the input: the capture's
+    position, the topic's ingest batch."""
+    return state[0] if label.startswith("capture:") else state["batch"]
+
+
+def find_inputs(
+    live: LiveGraph, lake: Lake, source: SourceResource | None, *, root: str, now: datetime
+) -> Found:
+    """The roots with input from outside: captures behind their source, topics with landing
+    files not ingested."""
+    found = Found()
+    _captures(found, live, source, root, now)
+    _topics(found, live, lake)
+    return found
+
+
 def find_roots(
     live: LiveGraph,
     lake: Lake,
@@ -134,13 +156,13 @@ def find_roots(
     *,
     root: str,
     now: datetime,
+    inputs: Found | None = None,
 ) -> Found:
     """Captures behind their source, topics with landing files not ingested, consumers behind
     their topics (or with an idle tick due) and not stopped by a failed blocking check, relays
-    with orders not published, tables with changes not published to their change streams, and stored models whose inputs changed since they last ran."""
-    found = Found()
-    _captures(found, live, source, root, now)
-    _topics(found, live, lake)
+    with orders not published, tables with changes not published to their change streams, and stored models whose inputs changed since they last ran.
+    `inputs`: what `find_inputs` found this tick already."""
+    found = inputs if inputs is not None else find_inputs(live, lake, source, root=root, now=now)
     _consumers(found, live, lake, instance, now)
     _relays(found, live, lake)
     _models(found, live, lake)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import dagster as dg
 import pytest
+from instances import deploy_instance
 from shop_records import SHOP_RECORDS, order, page_view
 
 from lakelog.assets.location import build_definitions, build_location
@@ -18,7 +19,7 @@ from lakelog.demo.shop import CONSUMERS, TOPICS
 from lakelog.demo.shop_windows import WINDOWS
 from lakelog.log import landing
 from lakelog.resources import LakeResource, SourceResource, SparkResource
-from lakelog.sensors.pipeline import OBSERVE_EVERY_S
+from lakelog.sensors.pipeline import OBSERVE_EVERY_S, queues_behind
 
 PAGE_VIEWS = dg.AssetKey(["log", "page_views"])
 ORDERS = dg.AssetKey(["log", "orders"])
@@ -49,19 +50,28 @@ def instance() -> dg.DagsterInstance:
 
 
 @pytest.fixture
-def tick(lake, instance):
-    """`tick(cursor)` evaluates the pipeline sensor once, as the daemon would, without Spark."""
+def tick_on(lake):
+    """`tick_on(instance)(cursor)` evaluates the pipeline sensor once on `instance`, as the
+    daemon would, without Spark."""
     resources = {"spark": NoSpark(), "lake": LakeResource(spark=NoSpark(), root=lake.root),
                  "source": SourceResource()}
     sensor = build_definitions(shop, resources=resources).resolve_sensor_def("pipeline")
 
-    def evaluate(cursor: str | None) -> dg.SensorResult:
-        with dg.build_sensor_context(
-            instance=instance, cursor=cursor, resources=resources
-        ) as context:
-            return sensor(context)
+    def on(instance: dg.DagsterInstance):
+        def evaluate(cursor: str | None) -> dg.SensorResult:
+            with dg.build_sensor_context(
+                instance=instance, cursor=cursor, resources=resources
+            ) as context:
+                return sensor(context)
+        return evaluate
 
-    return evaluate
+    return on
+
+
+@pytest.fixture
+def tick(tick_on, instance):
+    """`tick(cursor)` on an instance without a run queue."""
+    return tick_on(instance)
 
 
 def observed(result: dg.SensorResult) -> dict[dg.AssetKey, dict]:
@@ -141,6 +151,41 @@ def test_a_pipeline_run_in_progress_holds_the_next(shop_lake, tick, instance):
     instance.report_run_failed(running)
     [request] = tick(soon.cursor or held.cursor).run_requests  # no longer held: looks at once
     assert STATS in request.asset_selection
+
+
+def test_input_a_run_in_progress_will_not_take_queues_the_next_run(
+    shop_lake, land, tick_on, tmp_path
+):
+    """On deploy/dagster.yaml's instance (a run queue, pools held per run) the next run is
+    requested as soon as a run in progress has taken its share of the input, to wait in the
+    queue; without a queue to hold it, it waits for the run's end."""
+    instance = dg.DagsterInstance.from_config(str(deploy_instance(tmp_path / "dagster_home")))
+    assert queues_behind(instance) and not queues_behind(dg.DagsterInstance.ephemeral())
+    tick = tick_on(instance)
+    land("page_views", "c.ndjson", [page_view("v9", "u2", "p1", 30)])
+    [first] = tick(None).run_requests
+    cursor = json.loads(tick(None).cursor)
+    batch = landing.load_manifest(shop_lake, "page_views").batch
+    assert cursor["marks"] == {"topic:page_views": batch}  # what the run moves on ingesting
+    running = instance.create_run_for_job(
+        build_definitions(shop).resolve_job_def("pipeline"), status=dg.DagsterRunStatus.STARTED,
+        tags={"dagster/run_key": first.run_key},
+    )
+
+    taken = tick(json.dumps(cursor))  # the run in progress takes these files: nothing queued
+    assert not taken.run_requests and running.run_id in taken.skip_reason.skip_message
+
+    moved = {**cursor, "marks": {"topic:page_views": batch - 1}}  # it has ingested since it was
+    [queued] = tick(json.dumps(moved)).run_requests        # requested, and files are pending
+    assert PAGE_VIEWS in queued.asset_selection and queued.run_key != first.run_key
+    land("orders", "c.ndjson", [order("o2", "u2", [("p1", 1, 2.0)], 31)])
+    [also] = tick(json.dumps(cursor)).run_requests  # a topic the run did not select
+    assert ORDERS in also.asset_selection
+
+    waiting = instance.create_run_for_job(build_definitions(shop).resolve_job_def("pipeline"),
+                                          status=dg.DagsterRunStatus.NOT_STARTED)
+    held = tick(json.dumps(moved))  # one run waits to start at most: it takes the rest
+    assert not held.run_requests and waiting.run_id in held.skip_reason.skip_message
 
 
 def test_caught_up_consumers_are_observed_once(shop_lake, tick, now):
