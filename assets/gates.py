@@ -6,13 +6,16 @@ check rejected. So before consuming, a consumer looks up the latest execution of
 check on the tables it reads (`DagsterInstance.get_latest_asset_check_evaluation_record`), in
 whichever run it happened. Like Dagster's in-run blocking, an execution without a verdict
 blocks too: one still running elsewhere, or one whose run ended before the check ran (the
-pipeline sensor then requests that table again, so its check runs).
+pipeline sensor then requests that table again, so its check runs). An execution planned by a
+run that has not started — queued behind the run under way — is passed over: it has judged
+nothing yet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -37,9 +40,31 @@ class Verdict:
         return f"{self.check.asset_key.to_user_string()}:{self.check.name}"
 
 
+#: Statuses of a run that has not started: the check executions it planned say nothing yet.
+NOT_STARTED = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
+               dg.DagsterRunStatus.STARTING)
+#: How many of a check's latest executions the gate looks through for one of a run under way
+#: or ended (the pipeline sensor queues one run at most).
+LOOK_BACK = 5
+
+
+def _latest(instance: dg.DagsterInstance, check: dg.AssetCheckKey) -> Any:
+    """The latest execution of `check` but those planned by runs that have not started: a run
+    waiting in the queue behind the one under way has planned its checks already."""
+    history = instance.event_log_storage.get_asset_check_execution_history(check, limit=LOOK_BACK)
+    for record in history:  # newest first
+        if record.event is not None and record.event.asset_check_evaluation is not None:
+            return record
+        run = instance.get_run_by_id(record.run_id)
+        if run is None or run.status not in NOT_STARTED:
+            return record
+    return None
+
+
 def verdict(instance: dg.DagsterInstance, check: dg.AssetCheckKey) -> Verdict:
-    """How the latest execution of `check` stands, in whichever run it was."""
-    record = instance.get_latest_asset_check_evaluation_record(check)
+    """How the latest execution of `check` stands, in whichever run it was (a run that has not
+    started yet does not count)."""
+    record = _latest(instance, check)
     if record is None:
         return Verdict(check, None, False)
     evaluation = record.event.asset_check_evaluation if record.event else None

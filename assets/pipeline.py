@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from lakelog.assets.executor import threaded_executor
+from lakelog.assets.naming import capture_key, topic_key
 from lakelog.assets.partitions import HOUR_KEY
 from lakelog.cdc.captured import CapturedSource
 from lakelog.cdc.change_streams import ChangeStream
@@ -81,6 +82,13 @@ class LiveGraph:
     @property
     def keys(self) -> frozenset[dg.AssetKey]:
         return frozenset(k for a in self.assets for k in a.keys)
+
+    @property
+    def inputs(self) -> frozenset[dg.AssetKey]:
+        """The assets that take input from outside the lake: the topics ingested from the
+        landing zone and the captures of sources."""
+        return frozenset({*(topic_key(t) for t in self.topics.values()),
+                          *(capture_key(s.server_name) for s in self.sources)}) & self.keys
 
     @property
     def partitioned(self) -> frozenset[dg.AssetKey]:

@@ -138,11 +138,13 @@ def pipeline_sensor(
         run_key = digest(found.work)
         if run_key == cursor["requested"]:
             return skip(f"this work was requested already (run key {run_key}){notes}")
-        selected, left_out = live.runnable(live.closure(found.roots), the_lake.exists)
-        found.notes.extend(left_out)
-        if untaken:
+        roots = set(found.roots)
+        if untaken:  # it takes whatever input arrives until it starts, as a run waiting does
+            roots |= live.inputs
             found.notes.append(f"queued behind run {active.run_id}, which will not take "
                                f"{', '.join(untaken)}")
+        selected, left_out = live.runnable(live.closure(roots), the_lake.exists)
+        found.notes.extend(left_out)
         context.log.info(f"new input: {', '.join(sorted(found.work))}; "
                          f"{len(selected)} assets{''.join(f'; {n}' for n in found.notes)}")
         cursor["requested"] = run_key

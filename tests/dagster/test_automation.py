@@ -178,6 +178,10 @@ def test_input_a_run_in_progress_will_not_take_queues_the_next_run(
     moved = {**cursor, "marks": {"topic:page_views": batch - 1}}  # it has ingested since it was
     [queued] = tick(json.dumps(moved)).run_requests        # requested, and files are pending
     assert PAGE_VIEWS in queued.asset_selection and queued.run_key != first.run_key
+    # Waiting, it will take every topic's files that land meanwhile: it selects them all.
+    inputs = build_location(shop).live.inputs
+    assert ORDERS in inputs and inputs <= set(queued.asset_selection)
+    assert ORDERS not in first.asset_selection
     land("orders", "c.ndjson", [order("o2", "u2", [("p1", 1, 2.0)], 31)])
     [also] = tick(json.dumps(cursor)).run_requests  # a topic the run did not select
     assert ORDERS in also.asset_selection

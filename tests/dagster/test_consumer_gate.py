@@ -106,3 +106,14 @@ def test_a_check_whose_run_ended_before_it_ran_blocks_until_it_runs():
     assert dg.materialize([gated], instance=instance).success
     passed = gates.verdict(instance, spec.key)
     assert not passed.blocks and passed.record != stuck.record
+
+    # A run waiting in the queue (behind the run under way) has planned the check already: it
+    # has judged nothing, so the verdict stays the last run's; a started one's blocks.
+    job = dg.Definitions(assets=[gated]).resolve_implicit_global_asset_job_def()
+    queued = instance.create_run_for_job(job, status=dg.DagsterRunStatus.NOT_STARTED)
+    [planned] = instance.event_log_storage.get_asset_check_execution_history(spec.key, limit=1)
+    assert planned.run_id == queued.run_id and planned.event.asset_check_evaluation is None
+    assert gates.verdict(instance, spec.key) == passed
+    started = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED)
+    running = gates.verdict(instance, spec.key)
+    assert running.blocks and started.run_id in running.reason
