@@ -112,22 +112,31 @@ def model_asset(
     checks = [dg.AssetCheckSpec(c, asset=key) for c in model_checks(model)]
     partitioned = model.config.partition_by == "hour"
 
-    @dg.asset(
-        key=key,
-        deps=deps,
-        group_name=model.folder,
-        kinds={"spark", "delta"} if model.stored else {"spark"},
-        description=_description(model),
+    # skippable: a model whose input no step has written yet (a consumer selected in the same
+    # run that had nothing to consume) waits, and what reads the model is skipped
+    @dg.multi_asset(
+        name=key.to_python_identifier(),
+        specs=[dg.AssetSpec(
+            key, deps=deps, group_name=model.folder,
+            kinds={"spark", "delta"} if model.stored else {"spark"},
+            description=_description(model), skippable=True,
+            metadata={"file": model.file, "materialized": model.config.materialized},
+        )],
         partitions_def=HOURLY if partitioned else None,
         backfill_policy=dg.BackfillPolicy.single_run() if partitioned else None,
         check_specs=checks,
-        metadata={"file": model.file, "materialized": model.config.materialized},
+        can_subset=True,
     )
     def _model(
         context: dg.AssetExecutionContext, config: ViewConfig, lake: LakeResource,
         spark: SparkResource,
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         the_lake, session = lake.open(), spark.session()
+        missing = [p for p in graph.inputs(name) if not the_lake.exists(p)]
+        if missing:
+            context.log.warning(f"model {name} waits: nothing has written {', '.join(missing)} "
+                                "yet (materialize it first)")
+            return
         # A backfill or a run for chosen hours recomputes them; a catch-up run's hour is a label.
         asked = partitioned and context.run.tags.get(CATCH_UP_TAG) != "true"
         with engine_errors():

@@ -142,6 +142,32 @@ def test_partitioned_runs_full_refresh_and_spark_errors(shop_lake, resources, tm
     assert "no_such_column" in message and "UNRESOLVED_COLUMN" in message
 
 
+def test_a_model_whose_input_nothing_has_written_waits_and_skips_what_reads_it(
+    shop_lake, resources, tmp_path
+):
+    """A run may select a consumer and a model reading its output, and the consumer have nothing
+    to consume yet: the model waits (its step succeeds, says why, and materializes nothing) and
+    the models reading it are skipped."""
+    (tmp_path / "clicked.sql").write_text(
+        "{{ config(materialized='table') }}\n"
+        "SELECT query, count(*) AS clicks FROM {{ ref('streams/search_clicks') }} GROUP BY query")
+    (tmp_path / "top.sql").write_text(
+        "{{ config(materialized='table') }}\nSELECT * FROM {{ ref('clicked') }} LIMIT 3")
+    assets = view_definitions(tmp_path, TABLES)
+    assert not shop_lake.exists("streams/search_clicks")
+
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(assets, resources=resources, instance=instance)
+
+    assert result.success and not result.get_asset_materialization_events()
+    waits = [e.user_message for e in instance.all_logs(result.run_id)
+             if e.step_key == "views__clicked" and e.dagster_event is None]  # its log lines
+    assert any("model clicked waits: nothing has written streams/search_clicks" in m
+               for m in waits), waits
+    skipped = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"}
+    assert skipped == {"views__top"}
+
+
 def test_a_run_on_unchanged_inputs_reports_the_checks_of_the_same_rows(
         shop_lake, resources, tmp_path):
     for name, materialized in (("per_user", "table"), ("per_user_view", "view")):
