@@ -50,7 +50,8 @@ LOOK_BACK = 5
 
 def _latest(instance: dg.DagsterInstance, check: dg.AssetCheckKey) -> Any:
     """The latest execution of `check` but those planned by runs that have not started: a run
-    waiting in the queue behind the one under way has planned its checks already."""
+    waiting in the queue behind the one under way has planned its checks already. When the
+    `LOOK_BACK` latest were all planned so, the latest (it blocks: no verdict yet)."""
     history = instance.event_log_storage.get_asset_check_execution_history(check, limit=LOOK_BACK)
     for record in history:  # newest first
         if record.event is not None and record.event.asset_check_evaluation is not None:
@@ -58,7 +59,7 @@ def _latest(instance: dg.DagsterInstance, check: dg.AssetCheckKey) -> Any:
         run = instance.get_run_by_id(record.run_id)
         if run is None or run.status not in NOT_STARTED:
             return record
-    return None
+    return history[0] if history else None
 
 
 def verdict(instance: dg.DagsterInstance, check: dg.AssetCheckKey) -> Verdict:

@@ -112,8 +112,8 @@ def model_asset(
     checks = [dg.AssetCheckSpec(c, asset=key) for c in model_checks(model)]
     partitioned = model.config.partition_by == "hour"
 
-    # skippable: a model whose input no step has written yet (a consumer selected in the same
-    # run that had nothing to consume) waits, and what reads the model is skipped
+    # skippable: in a catch-up run, a model whose input no step has written yet (a consumer
+    # selected in the same run had nothing to consume) waits, and what reads it is skipped
     @dg.multi_asset(
         name=key.to_python_identifier(),
         specs=[dg.AssetSpec(
@@ -132,13 +132,14 @@ def model_asset(
         spark: SparkResource,
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         the_lake, session = lake.open(), spark.session()
+        catching_up = context.run.tags.get(CATCH_UP_TAG) == "true"
         missing = [p for p in graph.inputs(name) if not the_lake.exists(p)]
-        if missing:
+        if missing and catching_up:  # a run asked for by hand fails, saying what to materialize
             context.log.warning(f"model {name} waits: nothing has written {', '.join(missing)} "
-                                "yet (materialize it first)")
+                                "yet")
             return
         # A backfill or a run for chosen hours recomputes them; a catch-up run's hour is a label.
-        asked = partitioned and context.run.tags.get(CATCH_UP_TAG) != "true"
+        asked = partitioned and not catching_up
         with engine_errors():
             run: ModelRun = run_model(
                 the_lake, session, graph, name, full_refresh=config.full_refresh,

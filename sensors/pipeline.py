@@ -7,8 +7,9 @@ quickly. While a pipeline run is queued no other is requested: it takes what arr
 While one is in progress, the next is requested as soon as input arrives that the run will not
 take — landing files after its ingest, source changes after its capture — so that it waits in
 Dagster's run queue and starts as the run ends, not a tick later: the instance must hold it
-there (`queues_behind`: the run queue, pools claimed per run, one slot each, as in
-deploy/dagster.yaml); on any other instance the next run is requested once the run has ended.
+there (`queues_behind`: the run queue allows one run tagged `lakelog/catch_up` at a time, as
+deploy/dagster.yaml does); on any other instance the next run is requested once the run has
+ended.
 The run key is a digest of the work found, and the cursor keeps the last one, so the same state
 is never requested twice. Every tick also reports consumer lag
 as observations (`lakelog.sensors.observations`), except that while a run holds the pipeline
@@ -24,14 +25,13 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-from dagster._core.instance.config import PoolGranularity
 
 from lakelog.assets.naming import CATCH_UP_TAG
 from lakelog.assets.pipeline import PIPELINE, LiveGraph
 from lakelog.resources import LakeResource, SourceResource
 from lakelog.sensors.cursors import digest
 from lakelog.sensors.observations import lag_values, observations
-from lakelog.sensors.roots import INPUT_LABELS, Found, find_inputs, find_roots, input_mark
+from lakelog.sensors.roots import Found, find_inputs, find_roots
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import (
@@ -59,8 +59,11 @@ INTERVAL_S = 4
 
 
 def _held(active: dg.DagsterRun) -> str:
-    return (f"pipeline run {active.run_id} is {active.status.value.lower()}: one run at a time, "
-            "the next tick takes what arrived meanwhile")
+    if active.status in WAITING:
+        return (f"pipeline run {active.run_id} is {active.status.value.lower()}: it takes what "
+                "arrives until it starts")
+    return (f"pipeline run {active.run_id} is {active.status.value.lower()}: one run at a time; "
+            "the next is requested once input arrives that it will not take, or after it")
 
 
 def _observed_lately(cursor: dict[str, Any], now: datetime) -> bool:
@@ -76,19 +79,24 @@ def _active_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
 
 def queues_behind(instance: dg.DagsterInstance) -> bool:
     """Whether a pipeline run requested while another is in progress waits in the queue until
-    it has ended: Dagster's run queue with pools claimed per run and one slot each (both runs
-    hold the ingest's and the consumers' pools)."""
-    config = instance.get_concurrency_config()
-    pools = config.pool_config
-    return (config.run_queue_config is not None
-            and pools.pool_granularity == PoolGranularity.RUN and pools.default_pool_limit == 1)
+    it has ended: Dagster's run queue limits the runs tagged `CATCH_UP_TAG` (the sensor's, and
+    their retries) to one at a time (deploy/dagster.yaml)."""
+    queue = instance.get_concurrency_config().run_queue_config
+    return queue is not None and any(
+        limit.get("key") == CATCH_UP_TAG and limit.get("value") is None
+        and limit.get("limit") == 1 for limit in queue.tag_concurrency_limits or ())
 
 
 def _untaken(found: Found, marks: dict[str, Any]) -> list[str]:
-    """The input roots in `found` that the run requested with `marks` does not take: new since
-    it took its share (its mark moved), or not requested at all."""
-    return sorted(label for label, state in found.work.items()
-                  if label.startswith(INPUT_LABELS) and marks.get(label) != input_mark(label, state))
+    """The inputs with new input in `found` that the run requested with `marks` does not take:
+    it took its share since (the mark moved), or did not select the input."""
+    return sorted(label for label, (_, mark) in found.marks.items()
+                  if label in found.work and (label not in marks or marks[label] != mark))
+
+
+def _marks(found: Found, selected: set[dg.AssetKey]) -> dict[str, Any]:
+    """The marks of the inputs a run of `selected` takes."""
+    return {label: mark for label, (key, mark) in found.marks.items() if key in selected}
 
 
 def pipeline_sensor(
@@ -148,8 +156,7 @@ def pipeline_sensor(
         context.log.info(f"new input: {', '.join(sorted(found.work))}; "
                          f"{len(selected)} assets{''.join(f'; {n}' for n in found.notes)}")
         cursor["requested"] = run_key
-        cursor["marks"] = {label: input_mark(label, state) for label, state in found.work.items()
-                           if label.startswith(INPUT_LABELS)}
+        cursor["marks"] = _marks(found, selected)
         return dg.SensorResult(
             run_requests=[dg.RunRequest(
                 run_key=run_key,

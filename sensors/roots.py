@@ -42,6 +42,10 @@ class Found:
     notes: list[str] = field(default_factory=list)
     #: Every consumer's backlog and checkpoint state, for the lag observations.
     backlogs: dict[str, tuple[Backlog, dict[str, Any]]] = field(default_factory=dict)
+    #: Per input (``topic:orders``, ``capture:shop``), with or without new input: its asset and
+    #: what a run moves on when it takes the input (the topic's ingest batch, the capture's
+    #: position).
+    marks: dict[str, tuple[dg.AssetKey, Any]] = field(default_factory=dict)
 
     def add(self, keys: Iterable[dg.AssetKey], label: str, state: Any) -> None:
         self.roots.update(keys)
@@ -61,9 +65,10 @@ def _captures(
         except LakelogError as exc:
             found.notes.append(f"source {captured.server_name} unavailable: {exc}")
             continue
+        key, label = capture_key(captured.server_name), f"capture:{captured.server_name}"
+        found.marks[label] = (key, behind.position)
         if behind.pending:
-            found.add([capture_key(captured.server_name)], f"capture:{captured.server_name}",
-                      [behind.position, behind.head])
+            found.add([key], label, [behind.position, behind.head])
 
 
 def _topics(found: Found, live: LiveGraph, lake: Lake) -> None:
@@ -71,6 +76,7 @@ def _topics(found: Found, live: LiveGraph, lake: Lake) -> None:
         if not lake.list_files(landing.landing_path(topic.name)):
             continue
         manifest = landing.load_manifest(lake, topic.name)
+        found.marks[f"topic:{topic.name}"] = (topic_key(topic), manifest.batch)
         pending = landing.pending_files(lake, manifest)
         if pending or manifest.plan is not None:  # a plan left by a crash is resumed
             found.add([topic_key(topic)], f"topic:{topic.name}", {
@@ -126,22 +132,11 @@ def _models(found: Found, live: LiveGraph, lake: Lake) -> None:
             found.add([dg.AssetKey(model.path.split("/"))], f"model:{name}", reason)
 
 
-#: Labels of the roots whose input comes from outside the lake: a source's changes to capture,
-#: landing files to ingest.
-INPUT_LABELS = ("capture:", "topic:")
-
-
-def input_mark(label: str, state: Any) -> Any:
-    """What of an input root's state a run moves on when it takes the input: the capture's
-    position, the topic's ingest batch."""
-    return state[0] if label.startswith("capture:") else state["batch"]
-
-
 def find_inputs(
     live: LiveGraph, lake: Lake, source: SourceResource | None, *, root: str, now: datetime
 ) -> Found:
     """The roots with input from outside: captures behind their source, topics with landing
-    files not ingested."""
+    files not ingested; and the marks of every capture and topic with landing files."""
     found = Found()
     _captures(found, live, source, root, now)
     _topics(found, live, lake)

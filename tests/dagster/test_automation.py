@@ -161,6 +161,9 @@ def test_input_a_run_in_progress_will_not_take_queues_the_next_run(
     queue; without a queue to hold it, it waits for the run's end."""
     instance = dg.DagsterInstance.from_config(str(deploy_instance(tmp_path / "dagster_home")))
     assert queues_behind(instance) and not queues_behind(dg.DagsterInstance.ephemeral())
+    unlimited = deploy_instance(tmp_path / "unlimited", concurrency={"runs": {
+        "max_concurrent_runs": 2}})  # a run queue that would start a queued run beside it
+    assert not queues_behind(dg.DagsterInstance.from_config(str(unlimited)))
     tick = tick_on(instance)
     land("page_views", "c.ndjson", [page_view("v9", "u2", "p1", 30)])
     [first] = tick(None).run_requests

@@ -114,6 +114,10 @@ def test_a_check_whose_run_ended_before_it_ran_blocks_until_it_runs():
     [planned] = instance.event_log_storage.get_asset_check_execution_history(spec.key, limit=1)
     assert planned.run_id == queued.run_id and planned.event.asset_check_evaluation is None
     assert gates.verdict(instance, spec.key) == passed
+    more = [instance.create_run_for_job(job, status=dg.DagsterRunStatus.NOT_STARTED)
+            for _ in range(gates.LOOK_BACK - 1)]  # so many waiting that no verdict is in sight
+    assert gates.verdict(instance, spec.key).blocks
+    assert more[-1].run_id in gates.verdict(instance, spec.key).reason
     started = instance.create_run_for_job(job, status=dg.DagsterRunStatus.STARTED)
     running = gates.verdict(instance, spec.key)
     assert running.blocks and started.run_id in running.reason

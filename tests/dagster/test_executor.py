@@ -112,7 +112,7 @@ def test_one_at_a_time_when_configured():
 
 def test_validation_steps_take_turns_while_other_steps_run_beside_them():
     """Two validation steps never overlap; a step of another kind runs beside one (it meets
-    it at a barrier), and ready validations go first when they have priority."""
+    it at a barrier)."""
     meet = threading.Barrier(2, timeout=MEET_TIMEOUT)
     lock = threading.Lock()
     validating, most, record = [0], [0], []
@@ -146,6 +146,29 @@ def test_validation_steps_take_turns_while_other_steps_run_beside_them():
     # The consumer met the first check, so the second waited for both, though it was ready.
     assert record[0] == "a" and sorted(record[1:3]) == ["check", "consumer"]
     assert record[3] == "check"
+
+
+@pytest.mark.parametrize("priority", [None, "1"])
+def test_ready_steps_with_priority_go_first(priority):
+    """One step at a time: of the steps ready together, the ones with a higher
+    `dagster/priority` run first; without it, in the plan's order (here: `aaa` first)."""
+    record: list[str] = []
+    tags = {} if priority is None else {"dagster/priority": priority}
+
+    @dg.asset
+    def a() -> None:
+        record.append("a")
+
+    @dg.asset(deps=[a])
+    def aaa() -> None:
+        record.append("aaa")
+
+    @dg.asset(deps=[a], op_tags=tags)
+    def check() -> None:
+        record.append("check")
+
+    assert _run([a, aaa, check], max_concurrent=1).success
+    assert record == (["a", "aaa", "check"] if priority is None else ["a", "check", "aaa"])
 
 
 def test_a_failed_step_skips_its_downstream_steps_and_fails_the_run():

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from lakelog.assets.partitions import HOURLY
 from lakelog.assets.executor import VALIDATION_TAG
+from lakelog.assets.naming import CATCH_UP_TAG
 from lakelog.assets.quality import PRIORITY_TAG, quality_checks
 from lakelog.assets.views import lakelog_tables, view_definitions
 from lakelog.demo.pipeline import MODELS_DIR
@@ -145,9 +146,9 @@ def test_partitioned_runs_full_refresh_and_spark_errors(shop_lake, resources, tm
 def test_a_model_whose_input_nothing_has_written_waits_and_skips_what_reads_it(
     shop_lake, resources, tmp_path
 ):
-    """A run may select a consumer and a model reading its output, and the consumer have nothing
-    to consume yet: the model waits (its step succeeds, says why, and materializes nothing) and
-    the models reading it are skipped."""
+    """A catch-up run may select a consumer and a model reading its output, and the consumer have
+    nothing to consume yet: the model waits (its step succeeds, says why, and materializes
+    nothing) and the models reading it are skipped. A run asked for by hand fails, saying why."""
     (tmp_path / "clicked.sql").write_text(
         "{{ config(materialized='table') }}\n"
         "SELECT query, count(*) AS clicks FROM {{ ref('streams/search_clicks') }} GROUP BY query")
@@ -157,7 +158,8 @@ def test_a_model_whose_input_nothing_has_written_waits_and_skips_what_reads_it(
     assert not shop_lake.exists("streams/search_clicks")
 
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize(assets, resources=resources, instance=instance)
+    result = dg.materialize(assets, resources=resources, instance=instance,
+                            tags={CATCH_UP_TAG: "true"})
 
     assert result.success and not result.get_asset_materialization_events()
     waits = [e.user_message for e in instance.all_logs(result.run_id)
@@ -166,6 +168,11 @@ def test_a_model_whose_input_nothing_has_written_waits_and_skips_what_reads_it(
                for m in waits), waits
     skipped = {e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"}
     assert skipped == {"views__top"}
+
+    by_hand = dg.materialize(assets, resources=resources, raise_on_error=False)
+    [failure] = by_hand.get_step_failure_events()
+    assert "input streams/search_clicks does not exist yet; materialize it first" in (
+        failure.step_failure_data.user_failure_data.description)
 
 
 def test_a_run_on_unchanged_inputs_reports_the_checks_of_the_same_rows(
@@ -179,7 +186,8 @@ def test_a_run_on_unchanged_inputs_reports_the_checks_of_the_same_rows(
     instance = dg.DagsterInstance.ephemeral()
 
     def run():
-        result = dg.materialize(assets, resources=resources, instance=instance)
+        result = dg.materialize(assets, resources=resources, instance=instance,
+                            tags={CATCH_UP_TAG: "true"})
         modes = {e.asset_key.path[-1]: e.materialization.metadata["mode"].value
                  for e in result.get_asset_materialization_events()}
         checks = {c.asset_key.path[-1]: c for c in result.get_asset_check_evaluations()}
