@@ -40,7 +40,8 @@ class Verdict:
         return f"{self.check.asset_key.to_user_string()}:{self.check.name}"
 
 
-#: Statuses of a run that has not started: the check executions it planned say nothing yet.
+#: Statuses of a run that has not started: the check executions it planned say nothing yet,
+#: and it takes whatever input arrives until it starts (the pipeline sensor holds meanwhile).
 NOT_STARTED = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
                dg.DagsterRunStatus.STARTING)
 #: How many of a check's latest executions the gate looks through for one of a run under way

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from lakelog.assets.gates import NOT_STARTED
 from lakelog.assets.naming import CATCH_UP_TAG
 from lakelog.assets.pipeline import PIPELINE, LiveGraph
 from lakelog.resources import LakeResource, SourceResource
@@ -39,15 +40,7 @@ if TYPE_CHECKING:
     )
 
 #: Run statuses that hold the pipeline: a run queued or under way.
-ACTIVE = [
-    dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING,
-]
-
-
-#: Statuses of a run that has not started yet: it takes whatever input arrives meanwhile.
-WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED,
-           dg.DagsterRunStatus.STARTING]
+ACTIVE = [*NOT_STARTED, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 
 
 #: While a pipeline run is queued or in progress, how often a tick looks up lag (seconds).
@@ -59,7 +52,7 @@ INTERVAL_S = 4
 
 
 def _held(active: dg.DagsterRun) -> str:
-    if active.status in WAITING:
+    if active.status in NOT_STARTED:
         return (f"pipeline run {active.run_id} is {active.status.value.lower()}: it takes what "
                 "arrives until it starts")
     return (f"pipeline run {active.run_id} is {active.status.value.lower()}: one run at a time; "
@@ -117,10 +110,10 @@ def pipeline_sensor(
         now = datetime.now(timezone.utc)
         last: dict[str, Any] = json.loads(context.cursor or "{}")
         runs = _active_runs(context.instance)
-        active = next((r for r in runs if r.status in WAITING), runs[0] if runs else None)
+        active = next((r for r in runs if r.status in NOT_STARTED), runs[0] if runs else None)
         the_lake, root = lake.open(), lake.resolved_root()
         inputs, untaken = None, []
-        if active is not None and active.status not in WAITING and queues_behind(
+        if active is not None and active.status not in NOT_STARTED and queues_behind(
                 context.instance):  # in progress: input it will not take is the next run's
             inputs = find_inputs(live, the_lake, source, root=root, now=now)
             untaken = _untaken(inputs, last.get("marks", {}))
