@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from lakelog.errors import ConfigError
@@ -180,6 +180,9 @@ class Workload:
     start: datetime = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
     users: int | None = None
     products: int = 2000
+    #: Batch summaries worked out while the batch's lines were made (`summary` reuses them).
+    _summaries: dict[int, BatchSummary] = field(default_factory=dict, init=False, repr=False,
+                                                compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.events < 1 or self.batches < 1 or self.products < 1:
@@ -201,6 +204,7 @@ class Workload:
     def batch_records(self, k: int) -> dict[str, list[str]]:
         """Batch `k`'s NDJSON lines (no newline) per topic, in received order."""
         records = self._records(k)
+        self._summaries[k] = self._summarize(k, records)
         iso = _iso_formatter()
         out = {}
         for topic, name in enumerate(TOPICS):
@@ -219,7 +223,11 @@ class Workload:
 
     def summary(self, k: int) -> BatchSummary:
         """Counts of batch `k`'s lines, without formatting them."""
-        records = self._records(k)
+        if k not in self._summaries:
+            self._summaries[k] = self._summarize(k, self._records(k))
+        return self._summaries[k]
+
+    def _summarize(self, k: int, records: list[list[tuple]]) -> BatchSummary:
         topics, invalid = {}, 0
         for topic, name in enumerate(TOPICS):
             flags = [rec[7] for rec in records[topic]]

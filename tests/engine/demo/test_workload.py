@@ -178,6 +178,8 @@ def test_summary_counts_match_the_lines(batches, events):
     seen: set[tuple[str, str]] = set()
     for k, batch in enumerate(batches):
         summary = WORKLOAD.summary(k)
+        # made with the lines (the batch fixture) or alone, by a workload that made none
+        assert summary == Workload(WORKLOAD.events, batches=WORKLOAD.batches).summary(k)
         assert summary.batch == k
         assert summary.lines == sum(map(len, batch.values()))
         first_invalid = 0
