@@ -14,6 +14,8 @@ from lakelog.spark.server import ServerConfig
 
 _PORT = int(os.environ.get("LAKELOG_TEST_SPARK_PORT", "15102"))
 
+#: The class-data sharing archives of the test runs' servers (not the user's own).
+TEST_ARCHIVES = Path(tempfile.gettempdir()) / "lakelog-test-class-archives"
 #: A lakelog-managed Connect server on a port and state folder of its own: two cores, 3 GB.
 TEST_SERVER = ServerConfig(
     port=_PORT,
@@ -21,6 +23,7 @@ TEST_SERVER = ServerConfig(
     memory="3g",
     state_dir=Path(tempfile.gettempdir()) / f"lakelog-test-spark-{_PORT}",
     conf={"spark.sql.shuffle.partitions": "2"},
+    class_archives=TEST_ARCHIVES,
 )
 
 
@@ -46,6 +49,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         "LAKELOG_SPARK_SERVER_MASTER": TEST_SERVER.master,
         "LAKELOG_SPARK_SERVER_MEMORY": TEST_SERVER.memory,
         "LAKELOG_SPARK_SERVER_DIR": str(TEST_SERVER.state_dir),
+        "LAKELOG_SPARK_SERVER_CLASS_ARCHIVES": str(TEST_ARCHIVES),
         **extra,
     }
 

@@ -10,11 +10,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from processes import free_port
+from processes import TEST_ARCHIVES, free_port
 
 from lakelog.errors import ConfigError
+from lakelog.spark import class_archive
 from lakelog.spark.server import (
     ServerConfig,
     ServerError,
@@ -32,7 +34,8 @@ def server_env(tmp_path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKELOG_SPARK")}
     return {**env, "LAKELOG_SPARK_SERVER_PORT": str(free_port()),
             "LAKELOG_SPARK_SERVER_DIR": str(tmp_path / "spark"),
-            "LAKELOG_SPARK_SERVER_CORES": "1", "LAKELOG_SPARK_SERVER_MEMORY": "1g"}
+            "LAKELOG_SPARK_SERVER_CORES": "1", "LAKELOG_SPARK_SERVER_MEMORY": "1g",
+            "LAKELOG_SPARK_SERVER_CLASS_ARCHIVES": str(TEST_ARCHIVES)}
 
 
 def spark_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -173,3 +176,54 @@ def test_a_pid_file_naming_another_process_is_no_server(tmp_path):
     found = status(config)
     assert not found.alive and not found.answering and found.pid is None
     assert stop(config) is None  # and nothing was signalled
+
+
+def _java_options(pid: int) -> str:
+    return next(a for a in Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+                if a.startswith("spark.driver.extraJavaOptions="))
+
+
+@pytest.mark.slow
+def test_a_server_keeps_its_classes_for_the_next_one_to_map(server_env, tmp_path):
+    server_env["LAKELOG_SPARK_SERVER_CLASS_ARCHIVES"] = str(tmp_path / "archives")
+    config = ServerConfig.from_environment(server_env)
+    final = class_archive.archive(tmp_path / "archives")
+    try:
+        first = ensure_running(config)
+        assert f"-XX:ArchiveClassesAtExit={class_archive.pending(final, config.port)}" in (
+            _java_options(first.pid))
+        assert not final.exists()  # written as the server exits
+        stop(config)
+        assert final.exists() and final.stat().st_size > 0
+        assert not class_archive.pending(final, config.port).exists()
+
+        second = ensure_running(config)
+        assert f"-XX:SharedArchiveFile={final}" in _java_options(second.pid)
+        maps = Path(f"/proc/{second.pid}/maps").read_text()
+        assert str(final) in maps  # the JVM took it: its classes are mapped, not loaded
+        log = config.file("log").read_text()
+        assert "[cds]" not in log  # the JVM's remarks on classes it cannot archive left out
+    finally:
+        stop(config)
+    assert [p.name for p in (tmp_path / "archives").iterdir()] == [final.name]  # none written
+
+
+def test_class_sharing_is_left_to_the_user_or_off_when_asked(tmp_path):
+    assert class_archive.java_options(tmp_path, 16000, "-Xshare:off") == []
+    assert class_archive.java_options(None, 16000, "-XX:+UseParallelGC") == []
+    writes = class_archive.java_options(tmp_path, 16000, "-XX:+UseParallelGC")
+    assert writes[0].startswith(f"-XX:ArchiveClassesAtExit={tmp_path}/spark-")
+    off = ServerConfig.from_environment({"LAKELOG_SPARK_SERVER_CLASS_ARCHIVES": "off"})
+    assert off.class_archives is None
+
+
+def test_an_archive_of_a_server_that_was_killed_is_not_kept(tmp_path):
+    """A server killed while it wrote its archive at exit leaves a partial file: removed."""
+    options = class_archive.java_options(tmp_path, 16000, "")
+    written = class_archive.pending(class_archive.archive(tmp_path), 16000)
+    written.write_bytes(b"partial")
+    assert class_archive.keep(options, ended_of_itself=False) is None
+    assert not written.exists() and not class_archive.archive(tmp_path).exists()
+    written.write_bytes(b"whole")
+    assert class_archive.keep(options, ended_of_itself=True) == class_archive.archive(tmp_path)
+    assert class_archive.archive(tmp_path).read_bytes() == b"whole"

@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -32,6 +32,7 @@ import pyspark
 
 from lakelog.errors import ConfigError, LakelogError
 from lakelog.procfs import stat_fields
+from lakelog.spark import class_archive
 from lakelog.spark.session import SERVER_LOG4J, session_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -55,7 +56,8 @@ class ServerConfig:
     `cores` sets a local master's threads (``local[<cores>]``); `master` may instead name a
     cluster (``spark://127.0.0.1:7077``). `conf` adds Spark settings; lakelog's required ones win.
     `java_options` are the server JVM's own flags: by default the parallel garbage collector
-    (`DEFAULT_JAVA_OPTIONS`).
+    (`DEFAULT_JAVA_OPTIONS`). `class_archives` is the folder of the servers' class-data sharing
+    archives (`lakelog.spark.class_archive`), None for none.
     """
 
     port: int = DEFAULT_PORT
@@ -65,6 +67,7 @@ class ServerConfig:
     state_dir: Path = DEFAULT_DIR
     conf: Mapping[str, str] = field(default_factory=dict)
     java_options: str = DEFAULT_JAVA_OPTIONS
+    class_archives: Path | None = class_archive.ARCHIVE_DIR
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -76,7 +79,8 @@ class ServerConfig:
         memory: str | None = None, master: str | None = None,
     ) -> ServerConfig:
         """Arguments first, then
-        ``LAKELOG_SPARK_SERVER_{PORT,HOST,MASTER,CORES,MEMORY,DIR,JAVA_OPTIONS}``."""
+        ``LAKELOG_SPARK_SERVER_{PORT,HOST,MASTER,CORES,MEMORY,DIR,JAVA_OPTIONS,CLASS_ARCHIVES}``
+        (``CLASS_ARCHIVES=off``: none)."""
         env = {k[len("LAKELOG_SPARK_SERVER_"):]: v for k, v in environ.items()
                if k.startswith("LAKELOG_SPARK_SERVER_") and v}
         try:
@@ -94,6 +98,8 @@ class ServerConfig:
             memory=memory or env.get("MEMORY", "4g"),
             state_dir=Path(env["DIR"]) if "DIR" in env else DEFAULT_DIR,
             java_options=env.get("JAVA_OPTIONS", DEFAULT_JAVA_OPTIONS),
+            class_archives=(None if env.get("CLASS_ARCHIVES") == "off"
+                            else Path(env.get("CLASS_ARCHIVES", class_archive.ARCHIVE_DIR))),
         )
 
     @property
@@ -108,12 +114,13 @@ class ServerConfig:
     def file(self, suffix: str) -> Path:
         return self.state_dir / f"server-{self.port}.{suffix}"
 
-    def command(self) -> list[str]:
-        """The spark-submit command line of the server."""
+    def command(self, extra_java_options: Sequence[str] = ()) -> list[str]:
+        """The spark-submit command line of the server (its JVM's flags, then `extra_java_options`)."""
         conf = session_conf(self.conf)
         conf.pop("spark.driver.memory", None)  # --driver-memory: it sizes the JVM at launch
         conf["spark.driver.extraJavaOptions"] = " ".join(
-            [f"-Dlog4j2.configurationFile={SERVER_LOG4J.as_uri()}", *self.java_options.split()])
+            [f"-Dlog4j2.configurationFile={SERVER_LOG4J.as_uri()}", *self.java_options.split(),
+             *extra_java_options])
         conf["spark.connect.grpc.binding.address"] = self.host
         conf["spark.connect.grpc.binding.port"] = str(self.port)
         if _is_loopback(self.host):  # the driver's RPC and block manager ports too
@@ -307,8 +314,10 @@ def _spawn(config: ServerConfig) -> None:
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         if _is_loopback(config.host):
             env["SPARK_LOCAL_IP"] = config.host
+        sharing = class_archive.java_options(config.class_archives, config.port,
+                                             config.java_options)
         process = subprocess.Popen(
-            config.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            config.command(sharing), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             start_new_session=True,  # outlives this process and its terminal's signals
             env=env,
         )
@@ -318,6 +327,7 @@ def _spawn(config: ServerConfig) -> None:
     config.file("json").write_text(json.dumps({
         "pid": process.pid, "url": config.url, "master": config.master, "memory": config.memory,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "class_sharing": sharing,
     }))
 
 
@@ -342,13 +352,19 @@ def stop(config: ServerConfig, *, timeout: float = 30.0) -> ServerStatus | None:
         if found.pid is None:
             return None
         pid = found.pid
+        try:
+            sharing = json.loads(config.file("json").read_text()).get("class_sharing", [])
+        except (FileNotFoundError, ValueError):
+            sharing = []
         os.killpg(pid, signal.SIGTERM)  # the JVM leads its own session (start_new_session)
         deadline = time.monotonic() + timeout
         while _server_pid(config) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _server_pid(config) is not None:
+        ended = _server_pid(config) is None
+        if not ended:
             os.killpg(pid, signal.SIGKILL)
             while _server_pid(config) is not None:
                 time.sleep(0.1)
         config.file("pid").unlink(missing_ok=True)
+        class_archive.keep(sharing, ended_of_itself=ended)  # what it wrote as it exited
         return found
