@@ -14,9 +14,10 @@ pyspark version and Java runtime; the JVM checks an archive it maps against its 
 and version, and runs without it, as before, if they differ. The JVM's messages about classes it
 cannot archive are left out of the server log.
 
-Measured (`lakelog spark start`, and `lakelog demo --events 2000 --batches 1` on a stopped
-server, two each, alternating): the server answered after 4.5-5.1 s instead of 6.5-6.6 s, and
-the demo took 41.8-45.5 s instead of 47.9-50.1 s.
+Measured on 2 cores (docs/spark.md): a server answered after 4.5-5.1 s instead of 6.5-6.6 s;
+`lakelog demo` (100,000 events) on a stopped server took 102.5-105.1 s against 105.0-108.1 s
+without sharing. The server that writes the archive pays for it in its first minute: the same
+demo took 112.6-115.5 s on it.
 """
 
 from __future__ import annotations
