@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import traceback
 from collections import defaultdict
@@ -20,10 +21,13 @@ from pathlib import Path
 from pyspark.sql.connect.client import core
 
 PACKAGE = str(Path(__file__).resolve().parents[1] / "platform" / "lakelog")
+#: The Dagster definitions (`lakelog.assets`): a round trip under one belongs to that step.
+ASSETS = str(Path(__file__).resolve().parents[1] / "assets")
 CALLS = {"_analyze": "analyze", "_execute_and_fetch": "execute", "_execute": "execute",
          "config": "config"}
 
 trips: dict[tuple[str, str], list[float]] = defaultdict(list)
+steps: dict[str, list[float]] = defaultdict(list)
 
 
 def call_site() -> str:
@@ -39,21 +43,40 @@ def call_site() -> str:
     return " < ".join(found[:1] + found[-1:] if len(found) > 1 else found) or "(outside lakelog)"
 
 
+#: Per thread: whether a traced call is under way (a pipeline run's steps run on threads).
+_inside = threading.local()
+
+
+def step() -> str:
+    """The step the round trip was made in: the key the threaded executor runs
+    (`lakelog.assets.executor._run_step`), else the asset function it was made under."""
+    frame, body = sys._getframe(2), None
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith(ASSETS):
+            if code.co_name == "_run_step" and "key" in frame.f_locals:
+                return str(frame.f_locals["key"])
+            body = body or f"{code.co_filename[len(ASSETS) + 1:]} {code.co_name}"
+        frame = frame.f_back
+    return body or "(no step)"
+
+
 def traced(name: str, kind: str):
     inner = getattr(core.SparkConnectClient, name)
-    depth = {"n": 0}
 
     def wrapper(self, *args, **kwargs):
-        if depth["n"]:  # _execute_and_fetch may call _execute: count the outer call only
+        if getattr(_inside, "call", False):  # _execute_and_fetch may call _execute: count once
             return inner(self, *args, **kwargs)
-        depth["n"] += 1
+        _inside.call = True
         started = time.perf_counter()
         try:
             return inner(self, *args, **kwargs)
         finally:
-            depth["n"] -= 1
+            _inside.call = False
             label = kind if kind != "analyze" else f"analyze {args[0] if args else ''}"
-            trips[(label, call_site())].append(time.perf_counter() - started)
+            took = time.perf_counter() - started
+            trips[(label, call_site())].append(took)
+            steps[step()].append(took)
 
     setattr(core.SparkConnectClient, name, wrapper)
 
@@ -70,6 +93,8 @@ def report(wall: float) -> dict:
         "by_kind": {k: {"n": len(t), "s": round(sum(t), 2)} for k, t in by_kind.items()},
         "sites": [{"kind": kind, "site": site, "n": len(t), "s": round(sum(t), 3)}
                   for (kind, site), t in sites[:40]],
+        "steps": [{"step": name, "n": len(t), "s": round(sum(t), 3)}
+                  for name, t in sorted(steps.items(), key=lambda kv: -sum(kv[1]))],
     }
 
 
