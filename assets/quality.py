@@ -46,11 +46,12 @@ def checks_follow(context: dg.AssetExecutionContext) -> bool:
     warnings, which its own step validates (a run of consumers only, and a materialization of
     the asset alone, do not)."""
     run = context.run
-    checks = run.asset_check_selection
-    if checks is None:  # the run evaluates the checks of the assets it selects
-        checks = context.job_def.asset_layer.asset_graph.asset_check_keys
-    selected = run.asset_selection  # None or empty: every asset of the job
-    return any(not selected or key.asset_key in selected for key in checks)
+    if run.asset_check_selection is not None:  # the checks chosen for the run
+        return bool(run.asset_check_selection)
+    # Else the checks of the assets it selects (none or an empty selection: every asset).
+    selected = run.asset_selection
+    return any(not selected or key.asset_key in selected
+               for key in context.job_def.asset_layer.asset_graph.asset_check_keys)
 
 
 def preload_checks() -> threading.Thread:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from deltalake import DeltaTable
-from processes import free_port, stop_group
+from processes import TEST_ARCHIVES, free_port, stop_group
 
 from lakelog.spark.server import ServerConfig, listening_sockets, stop
 
@@ -63,6 +63,7 @@ def cluster(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
             "LAKELOG_SPARK_SERVER_MASTER": f"spark://127.0.0.1:{port}",
             "LAKELOG_SPARK_SERVER_MEMORY": "1g",
             "LAKELOG_SPARK_SERVER_DIR": str(folder / "server"),
+            "LAKELOG_SPARK_SERVER_CLASS_ARCHIVES": str(TEST_ARCHIVES),
         })
         try:
             yield env, folder

@@ -211,19 +211,35 @@ def test_a_server_keeps_its_classes_for_the_next_one_to_map(server_env, tmp_path
 def test_class_sharing_is_left_to_the_user_or_off_when_asked(tmp_path):
     assert class_archive.java_options(tmp_path, 16000, "-Xshare:off") == []
     assert class_archive.java_options(None, 16000, "-XX:+UseParallelGC") == []
+    assert class_archive.java_options(tmp_path / "a b", 16000, "") == []  # Spark splits on spaces
     writes = class_archive.java_options(tmp_path, 16000, "-XX:+UseParallelGC")
     assert writes[0].startswith(f"-XX:ArchiveClassesAtExit={tmp_path}/spark-")
+    assert class_archive.writes(writes)
     off = ServerConfig.from_environment({"LAKELOG_SPARK_SERVER_CLASS_ARCHIVES": "off"})
     assert off.class_archives is None
 
 
 def test_an_archive_of_a_server_that_was_killed_is_not_kept(tmp_path):
-    """A server killed while it wrote its archive at exit leaves a partial file: removed."""
-    options = class_archive.java_options(tmp_path, 16000, "")
+    """A server killed while it wrote its archive at exit leaves a partial file: removed, and
+    one left by an earlier server is removed before the next server starts."""
     written = class_archive.pending(class_archive.archive(tmp_path), 16000)
+    written.write_bytes(b"left by a server that died")
+    options = class_archive.java_options(tmp_path, 16000, "")
+    assert not written.exists()
     written.write_bytes(b"partial")
     assert class_archive.keep(options, ended_of_itself=False) is None
     assert not written.exists() and not class_archive.archive(tmp_path).exists()
     written.write_bytes(b"whole")
     assert class_archive.keep(options, ended_of_itself=True) == class_archive.archive(tmp_path)
     assert class_archive.archive(tmp_path).read_bytes() == b"whole"
+
+
+def test_an_archive_the_jvm_turned_down_is_removed(tmp_path):
+    """The JVM maps an archive written on its own class path and JVM only; one it did not map
+    is removed so that the next server writes a new one. This process maps no archive."""
+    final = class_archive.archive(tmp_path)
+    final.write_bytes(b"written by another installation")
+    options = class_archive.java_options(tmp_path, 16000, "")
+    assert options[0] == f"-XX:SharedArchiveFile={final}"
+    assert class_archive.forget_if_unmapped(options, os.getpid()) and not final.exists()
+    assert not class_archive.forget_if_unmapped(options, 2 ** 22 + 1)  # no such process

@@ -10,14 +10,15 @@ later servers map it (`SharedArchiveFile`). A server killed, or one that died, k
 pending file may be partial, and the next server of the port writes it again.
 
 Archives are shared by every server of the machine's user (one folder, ``ARCHIVE_DIR``), one per
-pyspark version and Java runtime; the JVM checks an archive it maps against its own classpath
-and version, and runs without it, as before, if they differ. The JVM's messages about classes it
-cannot archive are left out of the server log.
+pyspark installation and Java runtime. The JVM maps an archive only on the class path and JVM it
+was written with, and runs without it otherwise; one it turned down is removed once the server
+answers (`forget_if_unmapped`), so the next server writes a new one. The JVM's messages about
+classes it cannot archive are left out of the server log.
 
 Measured on 2 cores (docs/spark.md): a server answered after 4.5-5.1 s instead of 6.5-6.6 s;
-`lakelog demo` (100,000 events) on a stopped server took 102.5-105.1 s against 105.0-108.1 s
-without sharing. The server that writes the archive pays for it in its first minute: the same
-demo took 112.6-115.5 s on it.
+`lakelog demo --events 2000 --batches 1` on a stopped server took 41.8-45.5 s instead of
+47.9-50.1 s. The server that writes the archive pays for it in its first minute (the 100,000-event
+demo took 112.6-115.5 s on it, against 105.0-108.1 s without sharing).
 """
 
 from __future__ import annotations
@@ -47,13 +48,17 @@ def _java() -> Path | None:
 
 
 def archive(directory: Path) -> Path | None:
-    """The archive of this pyspark and Java runtime in `directory` (None without a java)."""
+    """The archive of this pyspark installation and Java runtime in `directory` (None without
+    a java): the JVM takes an archive only on the class path and JVM it was written with, so
+    another installation of the same version (another venv, a reinstall) gets its own."""
     java = _java()
     if java is None:
         return None
-    stat = java.stat()
-    runtime = hashlib.sha256(f"{java}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
-    return directory / f"spark-{pyspark.__version__}-{runtime[:12]}.jsa"
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    identity = [f"{path}:{path.stat().st_size}:{path.stat().st_mtime_ns}"
+                for path in (java, jars) if path.exists()]
+    key = hashlib.sha256("|".join(identity).encode()).hexdigest()
+    return directory / f"spark-{pyspark.__version__}-{key[:12]}.jsa"
 
 
 def pending(final: Path, port: int) -> Path:
@@ -62,16 +67,46 @@ def pending(final: Path, port: int) -> Path:
 
 
 def java_options(directory: Path | None, port: int, user_options: str) -> list[str]:
-    """The server's class-data sharing flags: map the archive, or write it at exit."""
+    """The server's class-data sharing flags: map the archive, or write it at exit. None when
+    the user's own options decide, or the folder cannot be used (a path with a space would be
+    split by Spark's option parsing; a folder that cannot be made): the server runs without."""
     if directory is None or any(choice in user_options for choice in USER_CHOICES):
         return []
-    final = archive(directory)
-    if final is None:
+    final = archive(directory.expanduser())
+    if final is None or " " in str(final):
         return []
     if final.exists():
         return [f"-XX:SharedArchiveFile={final}", *QUIET]
-    directory.mkdir(parents=True, exist_ok=True)
-    return [f"-XX:ArchiveClassesAtExit={pending(final, port)}", *QUIET]
+    written = pending(final, port)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        written.unlink(missing_ok=True)  # an earlier server's, partial: never kept for this one
+    except OSError:
+        return []
+    return [f"-XX:ArchiveClassesAtExit={written}", *QUIET]
+
+
+def writes(options: list[str]) -> bool:
+    """Whether a server started with `options` writes an archive as it exits."""
+    return any(o.startswith("-XX:ArchiveClassesAtExit=") for o in options)
+
+
+def forget_if_unmapped(options: list[str], pid: int) -> bool:
+    """After a server started with `options` answers: if it was to map an archive and its
+    memory map shows none, the JVM turned it down (another class path or JVM; its message is
+    off), so remove it: the next server writes a new one. True if removed."""
+    mapped = next((o.split("=", 1)[1] for o in options
+                   if o.startswith("-XX:SharedArchiveFile=")), None)
+    maps = Path(f"/proc/{pid}/maps")
+    if mapped is None or not maps.exists():
+        return False
+    try:
+        if mapped in maps.read_text():
+            return False
+    except OSError:  # the process is gone: nothing learnt
+        return False
+    Path(mapped).unlink(missing_ok=True)
+    return True
 
 
 def keep(options: list[str], *, ended_of_itself: bool) -> Path | None:

@@ -98,8 +98,8 @@ class ServerConfig:
             memory=memory or env.get("MEMORY", "4g"),
             state_dir=Path(env["DIR"]) if "DIR" in env else DEFAULT_DIR,
             java_options=env.get("JAVA_OPTIONS", DEFAULT_JAVA_OPTIONS),
-            class_archives=(None if env.get("CLASS_ARCHIVES") == "off"
-                            else Path(env.get("CLASS_ARCHIVES", class_archive.ARCHIVE_DIR))),
+            class_archives=(None if env.get("CLASS_ARCHIVES") == "off" else
+                            Path(env.get("CLASS_ARCHIVES", class_archive.ARCHIVE_DIR)).expanduser()),
         )
 
     @property
@@ -298,12 +298,17 @@ def ensure_running(config: ServerConfig, *, timeout: float = 180.0) -> ServerSta
         return found
     with _locked(config, timeout):
         found = status(config)
-        if not found.alive:
-            _spawn(config)
-        return _wait_until_answering(config, timeout)
+        if found.alive:
+            return _wait_until_answering(config, timeout)
+        sharing = _spawn(config)
+        started = _wait_until_answering(config, timeout)
+        if started.pid is not None:
+            class_archive.forget_if_unmapped(sharing, started.pid)
+        return started
 
 
-def _spawn(config: ServerConfig) -> None:
+def _spawn(config: ServerConfig) -> list[str]:
+    """Start the server's JVM, detached; its class-data sharing flags."""
     log = open(config.file("log"), "ab")
     try:
         log.write(f"\n--- lakelog: starting the Spark Connect server at {config.url} "
@@ -329,6 +334,7 @@ def _spawn(config: ServerConfig) -> None:
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "class_sharing": sharing,
     }))
+    return sharing
 
 
 def _wait_until_answering(config: ServerConfig, timeout: float) -> ServerStatus:
@@ -345,8 +351,13 @@ def _wait_until_answering(config: ServerConfig, timeout: float) -> ServerStatus:
                       f"{timeout:.0f} s; see {config.file('log')}")
 
 
+#: How long a server that writes its class-data sharing archive as it exits is given to end.
+ARCHIVE_STOP_SECONDS = 120.0
+
+
 def stop(config: ServerConfig, *, timeout: float = 30.0) -> ServerStatus | None:
-    """Stop the server (SIGTERM, then SIGKILL after `timeout`); None if none was running."""
+    """Stop the server (SIGTERM, then SIGKILL after `timeout`, or `ARCHIVE_STOP_SECONDS` for
+    one that writes its class archive); None if none was running."""
     with _locked(config, timeout):
         found = status(config)
         if found.pid is None:
@@ -357,6 +368,8 @@ def stop(config: ServerConfig, *, timeout: float = 30.0) -> ServerStatus | None:
         except (FileNotFoundError, ValueError):
             sharing = []
         os.killpg(pid, signal.SIGTERM)  # the JVM leads its own session (start_new_session)
+        if class_archive.writes(sharing):  # it writes its archive (~220 MB) as it exits
+            timeout = max(timeout, ARCHIVE_STOP_SECONDS)
         deadline = time.monotonic() + timeout
         while _server_pid(config) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
