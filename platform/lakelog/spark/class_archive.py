@@ -101,9 +101,10 @@ def forget_if_unmapped(options: list[str], pid: int) -> bool:
     if mapped is None or not maps.exists():
         return False
     try:
-        if mapped in maps.read_text():
-            return False
+        shown = maps.read_text()  # by the file's real path (a symlinked folder resolved)
     except OSError:  # the process is gone: nothing learnt
+        return False
+    if mapped in shown or str(Path(mapped).resolve()) in shown:
         return False
     Path(mapped).unlink(missing_ok=True)
     return True
