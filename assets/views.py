@@ -25,7 +25,15 @@ from lakelog.lake import Lake
 from lakelog.log.topics import Topic
 from lakelog.quality.names import model_checks
 from lakelog.resources import LakeResource, SparkResource
-from lakelog.views import Model, ModelGraph, ModelRun, load_models, model_rows, run_model
+from lakelog.views import (
+    MissingInputError,
+    Model,
+    ModelGraph,
+    ModelRun,
+    load_models,
+    model_rows,
+    run_model,
+)
 from lakelog.views.progress import fingerprint
 
 FINISHED = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
@@ -133,18 +141,20 @@ def model_asset(
     ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         the_lake, session = lake.open(), spark.session()
         catching_up = context.run.tags.get(CATCH_UP_TAG) == "true"
-        missing = [p for p in graph.inputs(name) if not the_lake.exists(p)]
-        if missing and catching_up:  # a run asked for by hand fails, saying what to materialize
-            context.log.warning(f"model {name} waits: nothing has written {', '.join(missing)} "
-                                "yet")
-            return
         # A backfill or a run for chosen hours recomputes them; a catch-up run's hour is a label.
         asked = partitioned and not catching_up
         with engine_errors():
-            run: ModelRun = run_model(
-                the_lake, session, graph, name, full_refresh=config.full_refresh,
-                hours=_hours(context) if asked else (),
-            )
+            try:
+                run: ModelRun = run_model(
+                    the_lake, session, graph, name, full_refresh=config.full_refresh,
+                    hours=_hours(context) if asked else (),
+                )
+            except MissingInputError as exc:
+                if not catching_up:  # a run asked for by hand fails, saying what to materialize
+                    raise
+                context.log.warning(f"model {name} waits: nothing has written "
+                                    f"{', '.join(exc.paths)} yet")
+                return
         context.log.info(f"model {name}: {run.mode} ({run.reason})")
         metadata = run.as_metadata()
         rows = _row_count(the_lake, model, run.version)

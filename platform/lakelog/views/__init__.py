@@ -5,7 +5,7 @@ a Spark temporary view, a full recompute into ``views/<name>``, or an incrementa
 hours or keys its inputs' changes touched.
 """
 
-from lakelog.views.errors import ModelError, ModelRunError
+from lakelog.views.errors import MissingInputError, ModelError, ModelRunError
 from lakelog.views.evaluate import evaluate
 from lakelog.views.graph import ModelGraph, load_models
 from lakelog.views.materialize import ModelRun, model_rows, run_model
@@ -13,6 +13,7 @@ from lakelog.views.models import Model, ModelConfig
 from lakelog.views.progress import why_stale
 
 __all__ = [
-    "Model", "ModelConfig", "ModelError", "ModelGraph", "ModelRun", "ModelRunError", "evaluate",
+    "MissingInputError", "Model", "ModelConfig", "ModelError", "ModelGraph", "ModelRun",
+    "ModelRunError", "evaluate",
     "load_models", "model_rows", "run_model", "why_stale",
 ]

@@ -14,3 +14,11 @@ class ModelError(ConfigError):
 
 class ModelRunError(LakelogError):
     """Spark could not run a model's SQL; the message names the file and gives Spark's message."""
+
+
+class MissingInputError(ModelRunError):
+    """A table the model reads does not exist yet: nothing has written it (`paths`)."""
+
+    def __init__(self, message: str, paths: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.paths = paths

@@ -30,7 +30,7 @@ from pyspark.sql import types as T
 
 from lakelog.errors import ChangesUnavailableError, ConfigError, SchemaMismatchError
 from lakelog.lake import Lake, Snapshot
-from lakelog.views.errors import ModelRunError
+from lakelog.views.errors import MissingInputError
 from lakelog.views.evaluate import Reader, evaluate, spark_errors
 from lakelog.views.graph import ModelGraph
 from lakelog.views.incremental import (
@@ -74,10 +74,11 @@ class ModelRun:
 
 
 def _pin(lake: Lake, model: Model, paths: Collection[str]) -> dict[str, Snapshot]:
-    missing = [p for p in paths if not lake.exists(p)]
+    missing = tuple(p for p in paths if not lake.exists(p))
     if missing:
-        raise ModelRunError(
-            f"{model.file}: input {', '.join(missing)} does not exist yet; materialize it first"
+        raise MissingInputError(
+            f"{model.file}: input {', '.join(missing)} does not exist yet; materialize it first",
+            missing,
         )
     return {p: lake.snapshot(p) for p in paths}
 

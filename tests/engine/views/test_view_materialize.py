@@ -23,7 +23,14 @@ from view_helpers import (
 
 from lakelog.demo.shop_joins import SEARCH_CLICKS
 from lakelog.lake import EmbeddedLake
-from lakelog.views import ModelRunError, evaluate, load_models, model_rows, run_model
+from lakelog.views import (
+    MissingInputError,
+    ModelRunError,
+    evaluate,
+    load_models,
+    model_rows,
+    run_model,
+)
 
 FUNNEL = "product_funnel_hourly"
 CLV = "customer_lifetime_value"
@@ -223,8 +230,9 @@ def test_views_tables_and_their_errors(lake, spark, tmp_path):
     assert str(broken.value).startswith(f"{file}: Spark could not run the model: ")
     assert "UNRESOLVED_COLUMN" in str(broken.value) and "line 3" in str(broken.value)
 
-    with pytest.raises(ModelRunError, match="input log/orders does not exist yet"):
+    with pytest.raises(ModelRunError, match="input log/orders does not exist yet") as missing:
         run_model(lake, spark, graph, "early")
+    assert isinstance(missing.value, MissingInputError) and missing.value.paths == ("log/orders",)
 
     run_model(lake, spark, graph, "shifted")
     append(lake, spark, "page_views", [view("u4", "p2", 2)])
