@@ -76,10 +76,11 @@ def _topics(found: Found, live: LiveGraph, lake: Lake) -> None:
         if not lake.list_files(landing.landing_path(topic.name)):
             continue
         manifest = landing.load_manifest(lake, topic.name)
-        found.marks[f"topic:{topic.name}"] = (topic_key(topic), manifest.batch)
+        key, label = topic_key(topic), f"topic:{topic.name}"
+        found.marks[label] = (key, manifest.batch)
         pending = landing.pending_files(lake, manifest)
         if pending or manifest.plan is not None:  # a plan left by a crash is resumed
-            found.add([topic_key(topic)], f"topic:{topic.name}", {
+            found.add([key], label, {
                 "batch": manifest.batch, "files": sorted(pending),
                 "plan": manifest.plan.batch if manifest.plan else None,
             })
