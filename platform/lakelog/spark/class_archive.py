@@ -86,17 +86,22 @@ def java_options(directory: Path | None, port: int, user_options: str) -> list[s
     return [f"-XX:ArchiveClassesAtExit={written}", *QUIET]
 
 
+def _flag(options: list[str], name: str) -> str | None:
+    """The value of the JVM flag ``-XX:<name>=`` in `options`, if there."""
+    prefix = f"-XX:{name}="
+    return next((o[len(prefix):] for o in options if o.startswith(prefix)), None)
+
+
 def writes(options: list[str]) -> bool:
     """Whether a server started with `options` writes an archive as it exits."""
-    return any(o.startswith("-XX:ArchiveClassesAtExit=") for o in options)
+    return _flag(options, "ArchiveClassesAtExit") is not None
 
 
 def forget_if_unmapped(options: list[str], pid: int) -> bool:
     """After a server started with `options` answers: if it was to map an archive and its
     memory map shows none, the JVM turned it down (another class path or JVM; its message is
     off), so remove it: the next server writes a new one. True if removed."""
-    mapped = next((o.split("=", 1)[1] for o in options
-                   if o.startswith("-XX:SharedArchiveFile=")), None)
+    mapped = _flag(options, "SharedArchiveFile")
     maps = Path(f"/proc/{pid}/maps")
     if mapped is None or not maps.exists():
         return False
@@ -113,8 +118,8 @@ def forget_if_unmapped(options: list[str], pid: int) -> bool:
 def keep(options: list[str], *, ended_of_itself: bool) -> Path | None:
     """After a server started with `options` ended: its archive, if it wrote one and ended of
     itself (a server killed may have left a partial file, which is removed)."""
-    written = next((Path(o.split("=", 1)[1]) for o in options
-                    if o.startswith("-XX:ArchiveClassesAtExit=")), None)
+    flag = _flag(options, "ArchiveClassesAtExit")
+    written = None if flag is None else Path(flag)
     if written is None or not written.exists():
         return None
     if not ended_of_itself or written.stat().st_size == 0:
