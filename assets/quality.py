@@ -42,15 +42,10 @@ PRIORITY_TAG = "dagster/priority"
 
 
 def checks_follow(context: dg.AssetExecutionContext) -> bool:
-    """Whether the run evaluates any check: a topic's or a table's check step, or a model's
-    warnings, which its own step validates (a run of consumers only, and a materialization of
-    the asset alone, do not)."""
-    run = context.run
-    if run.asset_check_selection is not None:  # the checks chosen for the run
-        return bool(run.asset_check_selection)
-    # Else the checks of the assets it selects (none or an empty selection: every asset).
-    selected = run.asset_selection
-    return any(not selected or key.asset_key in selected
+    """Whether the run evaluates a check of an asset this step materializes (`lakelog demo`'s
+    runs and a materialization of the asset alone do not)."""
+    selected = context.selected_asset_keys
+    return any(key.asset_key in selected
                for key in context.job_def.asset_layer.asset_graph.asset_check_keys)
 
 

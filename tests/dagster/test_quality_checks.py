@@ -161,15 +161,3 @@ def test_the_ingest_step_preloads_the_checks_when_they_follow(lake, land, resour
     result = dg.materialize([topic_asset(topic), topic_check(topic)], resources=resources)
     assert result.success and quality._PRELOAD
     assert quality._PRELOAD[0].name == "lakelog-preload-gx"
-
-    # A model validates its warnings in its own step: a run with one preloads as well.
-    @dg.asset(key=["views", "checked"],
-              check_specs=[dg.AssetCheckSpec("warns", asset=["views", "checked"])])
-    def checked():
-        yield dg.MaterializeResult()
-        yield dg.AssetCheckResult(passed=True, check_name="warns")
-
-    land("orders", "2026-01-05/c.ndjson", [order("o3", "u1", [("p1", 1, 10.0)], second=3)])
-    monkeypatch.setattr(quality, "_PRELOAD", [])
-    assert dg.materialize([topic_asset(topic), checked], resources=resources).success
-    assert quality._PRELOAD
