@@ -28,6 +28,8 @@ CALLS = {"_analyze": "analyze", "_execute_and_fetch": "execute", "_execute": "ex
 
 trips: dict[tuple[str, str], list[float]] = defaultdict(list)
 steps: dict[str, list[float]] = defaultdict(list)
+#: Per step, its round trips by call site (kind and site), as `trips` is for the whole command.
+step_sites: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(list))
 
 
 def call_site() -> str:
@@ -75,8 +77,10 @@ def traced(name: str, kind: str):
             _inside.call = False
             label = kind if kind != "analyze" else f"analyze {args[0] if args else ''}"
             took = time.perf_counter() - started
-            trips[(label, call_site())].append(took)
-            steps[step()].append(took)
+            site, where = call_site(), step()
+            trips[(label, site)].append(took)
+            steps[where].append(took)
+            step_sites[where][(label, site)].append(took)
 
     setattr(core.SparkConnectClient, name, wrapper)
 
@@ -93,7 +97,10 @@ def report(wall: float) -> dict:
         "by_kind": {k: {"n": len(t), "s": round(sum(t), 2)} for k, t in by_kind.items()},
         "sites": [{"kind": kind, "site": site, "n": len(t), "s": round(sum(t), 3)}
                   for (kind, site), t in sites[:40]],
-        "steps": [{"step": name, "n": len(t), "s": round(sum(t), 3)}
+        "steps": [{"step": name, "n": len(t), "s": round(sum(t), 3),
+                   "sites": [{"kind": kind, "site": site, "n": len(ts), "s": round(sum(ts), 3)}
+                             for (kind, site), ts in sorted(step_sites[name].items(),
+                                                             key=lambda kv: -sum(kv[1]))[:6]]}
                   for name, t in sorted(steps.items(), key=lambda kv: -sum(kv[1]))],
     }
 
