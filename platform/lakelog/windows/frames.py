@@ -104,6 +104,12 @@ def normalize(agg: WindowedAggregate, events: DataFrame) -> DataFrame:
     )
 
 
+def carries_batch(agg: WindowedAggregate) -> bool:
+    """Whether `agg`'s windows in working form carry the batch that wrote each (``_batch``):
+    tumbling and hopping windows do; session and sliding ones are recomputed."""
+    return not isinstance(agg.window, (Session, Sliding))
+
+
 def from_table(agg: WindowedAggregate, stored: DataFrame) -> DataFrame:
     """Stored window rows in working form (tumbling and hopping windows keep the batch that
     wrote each, as ``_batch``: a rewrite of their files keeps it for the rows it does not
@@ -111,7 +117,7 @@ def from_table(agg: WindowedAggregate, stored: DataFrame) -> DataFrame:
     extra: list[str | Column] = []
     if isinstance(agg.window, Sliding):
         extra = ["event_id", *input_names(agg)]
-    elif not isinstance(agg.window, Session):
+    elif carries_batch(agg):
         extra = [F.col("batch").alias(BATCH)]
     return stored.select(
         *agg.group_names,
@@ -132,13 +138,14 @@ def final_at(end: Column, watermark_us: int | None) -> Column:
 
 
 def finish(agg: WindowedAggregate, windows: DataFrame, *, batch: int) -> DataFrame:
-    """Windows in working form as table rows written by `batch`."""
+    """Windows in working form as table rows written by `batch` (the table's columns,
+    `schemas.window_schema`)."""
     schema = schemas.window_schema(agg)
     start = F.col(START)
     derived = {
         "window_start": ts(START),
         "window_end": ts(END),
-        "batch": (F.coalesce(F.col(BATCH), F.lit(batch)) if BATCH in windows.columns
+        "batch": (F.coalesce(F.col(BATCH), F.lit(batch)) if carries_batch(agg)
                   else F.lit(batch)).cast("long"),
         "hour": F.timestamp_micros(start - F.pmod(start, F.lit(HOUR_US))),
         "revision": F.col("revision").cast("int"),

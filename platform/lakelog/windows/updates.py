@@ -212,7 +212,7 @@ def _newly_final(
     due = stored.where(~F.col("is_final") & (F.col("window_end") <= ts(watermark_us)))
     return due.join(changed, keys, "left_anti").withColumns(
         {"is_final": F.lit(True), "batch": F.lit(batch).cast("long")}
-    ).select(*rows.columns)
+    ).select(*window_schema(agg).fieldNames())  # the columns of `rows` (`finish`)
 
 
 def batch_windows(
