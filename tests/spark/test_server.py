@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import TEST_ARCHIVES, free_port
+from processes import TEST_ARCHIVES, free_port, subprocess_env
 
 from lakelog.errors import ConfigError
 from lakelog.spark import class_archive
@@ -134,6 +134,34 @@ def test_a_server_that_cannot_bind_is_a_clear_error_with_its_log(server_env):
             ensure_running(config, timeout=120)
     assert config.file("log").name in str(caught.value)
     assert not status(config).alive
+
+
+#: In a process of its own, on the test server: opening the session again, and a lake on it,
+#: send no settings (each would be a round trip, every step); other settings are sent.
+REOPEN = """
+import os
+from pyspark.sql.connect.client import core
+from lakelog.lake import EmbeddedLake
+from lakelog.spark.server import ServerConfig
+from lakelog.spark.session import open_session
+config = ServerConfig.from_environment(os.environ)
+spark = open_session(server=config)
+sent = []
+real = core.SparkConnectClient.config
+core.SparkConnectClient.config = lambda self, operation: sent.append(operation) or real(
+    self, operation)
+again = open_session(server=config)
+EmbeddedLake(again, "/nowhere").spark
+print(again is spark, len(sent))
+other = open_session(server=config, conf={"spark.lakelog.test.reopened": "yes"})
+print(other is spark, len(sent) > 0, spark.conf.get("spark.lakelog.test.reopened"))
+"""
+
+
+def test_a_session_opened_again_with_its_settings_sends_none_of_them():
+    shown = subprocess.run([sys.executable, "-c", REOPEN], env=subprocess_env(),
+                           capture_output=True, text=True, timeout=300, check=True).stdout
+    assert shown.split("\n")[:2] == ["True 0", "True True yes"]
 
 
 def test_settings_come_from_arguments_then_the_environment(tmp_path):

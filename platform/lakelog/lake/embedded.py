@@ -43,6 +43,7 @@ from lakelog.lake import data_files, driver_write, forgetting
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
+from lakelog.spark.session import has_required_conf
 
 #: The most bytes of Parquet a change feed is read from here (`changes_arrow`), not by Spark.
 CHANGES_HERE_BYTES = 32 << 20
@@ -86,8 +87,10 @@ class EmbeddedLake:
         if not self._spark_ready:
             if callable(self._spark):  # a factory (a session, classic or Connect, is not)
                 self._spark = self._spark()
-            # Delta readers other than Spark need standard (not INT96) Parquet timestamps.
-            self._spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+            # Delta readers other than Spark need standard (not INT96) Parquet timestamps: a
+            # session lakelog built has them already (a conf set is a round trip over Connect).
+            if not has_required_conf(self._spark):
+                self._spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
             self._spark_ready = True
         return self._spark
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,7 +92,18 @@ def create_session(
     spark = builder.getOrCreate()
     if not remote:
         spark.sparkContext.setLogLevel("ERROR")
+    _CONFIGURED.add(spark)
     return spark
+
+
+#: Sessions built here, which have `REQUIRED_CONF`: code given one needs not set any of it again.
+_CONFIGURED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def has_required_conf(spark: SparkSession) -> bool:
+    """Whether `spark` was built here (`create_session`), so that `REQUIRED_CONF` is set on it
+    (setting a conf again is a round trip over Spark Connect)."""
+    return spark in _CONFIGURED
 
 
 def open_session(
@@ -116,21 +128,26 @@ def open_session(
     from lakelog.spark.server import ServerConfig, ensure_running
 
     config = server or ServerConfig()
+    settings = (app_name, dict(conf or {}))
     with _OPENING:  # steps of a run on threads open their sessions one at a time
         pid = ensure_running(config).pid
         known = _OPENED.get(config.url)
         if known is not None and known[0] != pid:  # opened on a server that has died since
             known[1].release_session_on_close = False  # nothing left to release there
             known[1].stop()  # so that getOrCreate opens a new one
+        elif (known is not None and known[2] == settings
+              and not getattr(known[1], "is_stopped", False)):
+            return known[1]  # its settings are applied: again would be a round trip per step
         spark = create_session(remote=config.url, app_name=app_name, conf=conf)
         if known is None or known[1] is not spark:
             spark.client.set_retry_policies([_WhileServerLives(config)])
-        _OPENED[config.url] = (pid, spark)
+        _OPENED[config.url] = (pid, spark, settings)
         return spark
 
 
-#: Per local server URL: the server process (pid) the last session opened on it belongs to.
-_OPENED: dict[str, tuple[int | None, SparkSession]] = {}
+#: Per local server URL: the server process (pid) the last session opened on it belongs to, the
+#: session, and the settings (app name, conf) it was last opened with.
+_OPENED: dict[str, tuple[int | None, SparkSession, tuple[str, dict[str, str]]]] = {}
 _OPENING = threading.Lock()
 
 
