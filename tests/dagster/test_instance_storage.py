@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import shutil
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -92,3 +93,30 @@ def test_the_runner_stores_through_it_unless_the_yaml_names_a_storage(tmp_path):
     # A home whose dagster.yaml names no storage (as lakelog wrote them before) gets it.
     legacy = home_with(tmp_path / "legacy", {"telemetry": {"enabled": False}})
     assert storage_class(open_instance(str(lake), {"DAGSTER_HOME": legacy})[0]) is SqliteStorage
+
+
+def test_a_kept_file_commits_into_its_wal_and_a_watch_of_the_run_sees_new_events(tmp_path):
+    home = home_with(tmp_path / "home", {"storage": storage_config(str(tmp_path / "home"))})
+    ours = dg.DagsterInstance.from_config(home)
+    run = materialize(ours)
+    shard = tmp_path / "home" / "history" / "runs" / f"{run}.db"
+    # The storage keeps the file open: a connection's close leaves the WAL, not folded back.
+    assert Path(f"{shard}-wal").stat().st_size > 0
+
+    seen: list[str] = []
+    watcher = dg.DagsterInstance.from_config(home)  # as the UI's process watches a run
+    def note(entry, _cursor):
+        seen.append(entry.dagster_event.message if entry.dagster_event else entry.user_message)
+
+    watcher.watch_event_logs(run, None, note)
+    try:
+        writer = dg.DagsterInstance.from_config(home)  # another process adds to the run
+        writer.report_engine_event("a late note", writer.get_run_by_id(run))
+        deadline = time.monotonic() + 20
+        while "a late note" not in seen and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "a late note" in seen
+    finally:
+        watcher.end_watch_event_logs(run, note)
+        watcher.dispose()
+
