@@ -12,7 +12,8 @@ the files are in WAL mode, and a connection that closes as the file's last one c
 into the database and deletes it (fsyncs), which with a connection per event was every event;
 and every commit synced the WAL. So each file a storage writes gets a keeper: a connection held
 open and idle, which no writer waits for (WAL mode lets readers and a writer work at once), but
-which makes every other close not the last. And connections commit with ``synchronous=NORMAL``, SQLite's setting
+which makes every other close not the last (the event-log files only: the run and schedule files
+take a few writes per run or sensor tick). And connections commit with ``synchronous=NORMAL``, SQLite's setting
 for WAL mode: the WAL is synced at checkpoints, not at every commit. A process that is killed
 loses nothing it committed; a power loss or an operating-system crash may take back the last
 commits before a checkpoint (never corrupting the file), as it may with any WAL database set so.
@@ -99,11 +100,20 @@ class _Kept:
 
     def keep(self) -> None:
         """Hold a connection to the file open from now on. Call it once the file is in WAL
-        mode: the keeper's read then holds the WAL's shared lock for as long as it is open."""
+        mode: the keeper's read then holds the WAL's shared lock for as long as it is open.
+        Only a saving: a keeper that cannot be opened (a busy file) is done without."""
         if self._keeper is None and self.engine.url.database:
             keeper = sqlite3.connect(self.engine.url.database, check_same_thread=False)
-            keeper.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            try:
+                keeper.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            except sqlite3.Error:
+                keeper.close()
+                return
             self._keeper = keeper
+
+    @property
+    def kept(self) -> bool:
+        return self._keeper is not None
 
     def dispose(self) -> None:
         if self._keeper is not None:
@@ -146,13 +156,13 @@ def _transaction(engine: db.Engine) -> Iterator[db.Connection]:
 
 
 class _OneEngine:
-    """Dagster's run or schedule storage (one file, in WAL mode once `from_local` has made it),
-    its engine built once and its file kept open."""
+    """Dagster's run or schedule storage (one file), its engine built once. Its file is not
+    kept open: it takes a few writes per run or sensor tick, not one per event, and every
+    sensor tick builds an instance of its own."""
 
     def __init__(self, conn_string: str, inst_data=None) -> None:
         super().__init__(conn_string, inst_data)
-        self._kept = _Kept(_engine(conn_string))
-        self._kept.keep()
+        self._engine = _engine(conn_string)
 
     @classmethod
     def from_config_value(cls, inst_data, config_value: Mapping[str, Any]):
@@ -160,12 +170,8 @@ class _OneEngine:
 
     @contextmanager
     def connect(self) -> Iterator[db.Connection]:
-        with _transaction(self._kept.engine) as conn:
+        with _transaction(self._engine) as conn:
             yield conn
-
-    def dispose(self) -> None:
-        self._kept.dispose()
-        super().dispose()
 
 
 class SqliteRunStorage(_OneEngine, _Runs):
@@ -199,20 +205,22 @@ class SqliteEventLogStorage(_EventLog):
             watchdog, self._obs.schedule(watchdog, self._base_dir, recursive=True))
 
     def dispose(self) -> None:
+        super().dispose()  # the watchers first: a last callback would open files again
         self._engines.dispose()
-        super().dispose()
 
     def wipe(self) -> None:
-        self._engines.dispose()  # the keepers let go of the files Dagster's wipe deletes
+        self._engines.dispose()  # the keepers let go of the files Dagster's wipe deletes,
         super().wipe()
+        self._engines.dispose()  # and of any a concurrent write opened meanwhile
 
     @contextmanager
     def _connect(self, shard: str) -> Iterator[db.Connection]:
         with self._db_lock:
             conn_string = self.conn_string_for_shard(shard)
-            engine = self._engines.get(conn_string)
-            if shard not in self._initialized_dbs:
-                self._initdb(engine)  # the file in WAL mode, now it may be kept
+            initialized = shard in self._initialized_dbs  # in WAL mode: it may be kept
+            engine = self._engines.get(conn_string, keep=initialized)
+            if not initialized:
+                self._initdb(engine)
                 self._initialized_dbs.add(shard)
                 self._engines.get(conn_string, keep=True)
             with _transaction(engine) as conn:

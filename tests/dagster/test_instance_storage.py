@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 
@@ -119,4 +120,22 @@ def test_a_kept_file_commits_into_its_wal_and_a_watch_of_the_run_sees_new_events
     finally:
         watcher.end_watch_event_logs(run, note)
         watcher.dispose()
+
+
+def test_a_kept_file_stays_kept_after_its_engine_was_let_go_and_commits_normal(tmp_path):
+    engines = Engines(1)
+    paths = [tmp_path / "a.db", tmp_path / "b.db"]
+    for path in paths:
+        sqlite3.connect(path).execute("PRAGMA journal_mode=WAL").fetchall()
+    a = f"sqlite:///{paths[0]}"
+    with engines.get(a, keep=True).connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+    kept = engines._engines[a]
+    assert kept.kept
+    engines.get(f"sqlite:///{paths[1]}", keep=True)  # a is let go, its keeper closed
+    assert not kept.kept
+    engines.get(a, keep=True)
+    assert engines._engines[a].kept
+    engines.dispose()
+    assert not engines._engines
 

@@ -158,6 +158,7 @@ print(other is spark, len(sent) > 0, spark.conf.get("spark.lakelog.test.reopened
 """
 
 
+@pytest.mark.slow
 def test_a_session_opened_again_with_its_settings_sends_none_of_them():
     shown = subprocess.run([sys.executable, "-c", REOPEN], env=subprocess_env(),
                            capture_output=True, text=True, timeout=300, check=True).stdout

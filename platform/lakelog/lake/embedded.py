@@ -43,7 +43,6 @@ from lakelog.lake import data_files, driver_write, forgetting
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
-from lakelog.spark.session import has_required_conf
 
 #: The most bytes of Parquet a change feed is read from here (`changes_arrow`), not by Spark.
 CHANGES_HERE_BYTES = 32 << 20
@@ -89,6 +88,8 @@ class EmbeddedLake:
                 self._spark = self._spark()
             # Delta readers other than Spark need standard (not INT96) Parquet timestamps: a
             # session lakelog built has them already (a conf set is a round trip over Connect).
+            from lakelog.spark.session import has_required_conf  # Spark Connect's client too
+
             if not has_required_conf(self._spark):
                 self._spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
             self._spark_ready = True

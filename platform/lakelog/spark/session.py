@@ -136,7 +136,7 @@ def open_session(
             known[1].release_session_on_close = False  # nothing left to release there
             known[1].stop()  # so that getOrCreate opens a new one
         elif (known is not None and known[2] == settings
-              and not getattr(known[1], "is_stopped", False)):
+              and not known[1].is_stopped):
             return known[1]  # its settings are applied: again would be a round trip per step
         spark = create_session(remote=config.url, app_name=app_name, conf=conf)
         if known is None or known[1] is not spark:
