@@ -20,7 +20,7 @@ commits before a checkpoint (never corrupting the file), as it may with any WAL 
 The UI's live view of a run watches the run's file; it is told of writes to its WAL too
 (`_RunWatchdog`). A run of the shop pipeline with nothing to do (~45 steps) took 5.8 s, 7.2 s
 with the engines alone and 9.1-9.4 s with Dagster's classes (medians of 3,
-`benchmarks/bench_instance_storage.py`).
+`benchmarks/bench_instance_storage.py`, every file kept then).
 
 `SqliteStorage` holds the three in the folders Dagster's default storage uses under a Dagster
 home. A `dagster.yaml` names it (deploy/README.md)::
