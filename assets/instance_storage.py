@@ -10,11 +10,12 @@ Dagster's own: an instance written through them reads back with Dagster's classe
 What stayed was SQLite's work per stored event, about 15 ms on a disk whose fsync takes 2 ms:
 the files are in WAL mode, and a connection that closes as the file's last one copies the WAL
 into the database and deletes it (fsyncs), which with a connection per event was every event;
-and every commit synced the WAL. So each file a storage writes gets a keeper: a connection held
-open and idle, which no writer waits for (WAL mode lets readers and a writer work at once), but
-which makes every other close not the last (the event-log files only: the run and schedule files
-take a few writes per run or sensor tick). And connections commit with ``synchronous=NORMAL``, SQLite's setting
-for WAL mode: the WAL is synced at checkpoints, not at every commit. A process that is killed
+and every commit synced the WAL. So each event-log file a storage writes gets a keeper: a
+connection held open and idle, which no writer waits for (WAL mode lets readers and a writer work
+at once), but which makes every other close not the last (the run and schedule files take a few
+writes per run or sensor tick, and get none). And connections commit with
+``synchronous=NORMAL``, SQLite's setting for WAL mode: the WAL is synced at checkpoints, not at
+every commit. A process that is killed
 loses nothing it committed; a power loss or an operating-system crash may take back the last
 commits before a checkpoint (never corrupting the file), as it may with any WAL database set so.
 The UI's live view of a run watches the run's file; it is told of writes to its WAL too
