@@ -15,9 +15,9 @@ connection held open and idle, which no writer waits for (WAL mode lets readers 
 at once), but which makes every other close not the last (the run and schedule files take a few
 writes per run or sensor tick, and get none). And connections commit with
 ``synchronous=NORMAL``, SQLite's setting for WAL mode: the WAL is synced at checkpoints, not at
-every commit. A process that is killed
-loses nothing it committed; a power loss or an operating-system crash may take back the last
-commits before a checkpoint (never corrupting the file), as it may with any WAL database set so.
+every commit. A process that is killed loses nothing it committed; a power loss or an
+operating-system crash may take back the last commits before a checkpoint (never corrupting the
+file), as it may with any WAL database set so.
 The UI's live view of a run watches the run's file; it is told of writes to its WAL too
 (`_RunWatchdog`). A run of the shop pipeline with nothing to do (~45 steps) took 5.8 s, 7.2 s
 with the engines alone and 9.1-9.4 s with Dagster's classes (medians of 3,
