@@ -52,3 +52,20 @@ def cpu_seconds(pid: int) -> float:
     if fields is None:
         raise ProcessLookupError(f"no process {pid}")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bytecode() -> dict[str, Any]:
+    """Whether the modules a lakelog process imports have compiled bytecode on disk. Without it
+    (an install by uv without ``--compile-bytecode``, and ``PYTHONDONTWRITEBYTECODE`` set) every
+    process compiles Dagster, pyspark and Great Expectations from source again: seconds each."""
+    import importlib.util
+
+    import dagster
+
+    import lakelog
+
+    def cached(module: Any) -> bool:
+        return os.path.exists(importlib.util.cache_from_source(module.__file__))
+
+    return {"site_packages": cached(dagster), "lakelog": cached(lakelog),
+            "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", "")}

@@ -44,7 +44,7 @@ from typing import Any
 
 # The engine, through as few names as possible: the demo pipeline and its workload and shop
 # database, the lake, and the step functions a pipeline run calls.
-from bench_common import spark_codegen
+from bench_common import bytecode, spark_codegen
 from lakelog import consumers
 from lakelog.log import ingest
 from lakelog.sourcing import publish_outbox
@@ -789,7 +789,8 @@ def main() -> None:
     started = time.perf_counter()
     result: dict[str, Any] = {"config": {
         **{k: v for k, v in vars(args).items()}, "cpus": os.cpu_count(),
-        "loadavg_at_start": os.getloadavg(), "engine": engine_version()}}
+        "loadavg_at_start": os.getloadavg(), "engine": engine_version(),
+        "bytecode": bytecode()}}
     modes = ("classic", "connect") if args.mode == "both" else (args.mode,)
     if {"kinds", "empty", "ingest"} & set(args.parts):
         for mode in modes:
