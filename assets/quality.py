@@ -6,9 +6,9 @@ not materialized. The checks validate the table as of its newest version — wha
 materialized it just wrote. A topic's check validates only the rows appended since the version
 its latest execution passed at (`lakelog.quality.scope`), so its cost follows the new records,
 not the log's history. Great Expectations is imported inside the check functions: its import
-takes seconds (about 5 s on 2 cores), which loading the code location should not pay, nor a
-run's critical path: the ingest step, which every topic check follows, starts importing it in
-the background (`preload_checks`), while it waits on Spark.
+takes seconds (2-5 s on 2 cores), which loading the code location should not pay, nor a run's
+critical path: the ingest step, which starts every run that reads new records, starts importing
+it in the background (`preload_checks`) when the run evaluates a check, while it waits on Spark.
 """
 
 import importlib
@@ -42,11 +42,10 @@ PRIORITY_TAG = "dagster/priority"
 
 
 def checks_follow(context: dg.AssetExecutionContext) -> bool:
-    """Whether the run evaluates a check of an asset this step materializes (`lakelog demo`'s
-    runs and a materialization of the asset alone do not)."""
-    selected = context.selected_asset_keys
-    return any(key.asset_key in selected
-               for key in context.job_def.asset_layer.asset_graph.asset_check_keys)
+    """Whether the run evaluates a check of an asset it materializes: a table's blocking check
+    (a step of its own) or a SQL model's warnings (part of the model's step). `lakelog demo`'s
+    runs but its last, and a materialization of a topic alone, do not."""
+    return bool(context.job_def.asset_layer.asset_graph.asset_check_keys)  # the run's subset
 
 
 def preload_checks() -> threading.Thread:

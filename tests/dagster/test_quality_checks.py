@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from shop_records import order
 
 from lakelog.assets import quality
+from lakelog.assets.naming import topic_key
 from lakelog.assets.quality import quality_checks, topic_check
 from lakelog.assets.topics import topic_asset, topic_assets
 from lakelog.assets.views import lakelog_tables, view_definitions
@@ -161,3 +162,20 @@ def test_the_ingest_step_preloads_the_checks_when_they_follow(lake, land, resour
     result = dg.materialize([topic_asset(topic), topic_check(topic)], resources=resources)
     assert result.success and quality._PRELOAD
     assert quality._PRELOAD[0].name == "lakelog-preload-gx"
+
+    # A check of another asset of the run counts too, as a SQL model's warnings (part of the
+    # model's step) do in `lakelog demo`'s last run.
+    @dg.asset(key=["views", "checked_downstream"], deps=[topic_key(topic)],
+              check_specs=[dg.AssetCheckSpec("rows", asset=["views", "checked_downstream"])])
+    def checked_downstream():
+        yield dg.MaterializeResult()
+        yield dg.AssetCheckResult(passed=True)
+
+    land("orders", "2026-01-05/c.ndjson", [order("o3", "u1", [("p1", 1, 10.0)], second=3)])
+    monkeypatch.setattr(quality, "_PRELOAD", [])
+    assert dg.materialize([topic_asset(topic), checked_downstream], resources=resources).success
+    assert quality._PRELOAD
+    monkeypatch.setattr(quality, "_PRELOAD", [])
+    assert dg.materialize([topic_asset(topic), checked_downstream], resources=resources,
+                          selection=[topic_key(topic)]).success
+    assert not quality._PRELOAD  # the checked asset is not in the run
