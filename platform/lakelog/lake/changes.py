@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -59,6 +59,20 @@ def _timestamp(actions: list[dict]) -> datetime:
 def commit_timestamp(fs: pafs.FileSystem, table_fs_path: str, version: int) -> datetime:
     """When `version` was committed (from its commit info)."""
     return _timestamp(list(log_actions(fs, table_fs_path, version)))
+
+
+def require_files(
+    fs: pafs.FileSystem, table_fs_path: str, table: str, version: int, files: Sequence[str],
+    purpose: str,
+) -> None:
+    """Raise `ChangesUnavailableError` unless every one of `files` (paths relative to the table)
+    of version `version` of `table` is still on disk: a vacuum deletes removed files."""
+    for path in files:
+        if fs.get_file_info(f"{table_fs_path}/{path}").type == pafs.FileType.NotFound:
+            raise ChangesUnavailableError(
+                f"{purpose} of {table} needs version {version}, whose file {path} was "
+                "vacuumed; read changes from a later version"
+            )
 
 
 def _file_changes(

@@ -5,6 +5,7 @@ Few rows (the caller's `rows_hint`) are collected and written by pyarrow
 (`lakelog.lake.driver_write`); otherwise Spark writes the DataFrame into a private staging folder
 of the table and the files are moved into the table's own layout (``partition=3/part-....parquet``).
 Either way each file's footer gives its Delta statistics, and a file without rows is left out.
+Below are also the listings of what a folder holds: its files, and the Delta tables below it.
 """
 
 from __future__ import annotations
@@ -140,3 +141,31 @@ def delete(fs: pafs.FileSystem, table_root: str, relative_paths: Sequence[str]) 
             fs.delete_file(f"{table_root}/{relative}")
         except FileNotFoundError:
             pass
+
+
+def listed(fs: pafs.FileSystem, base: str) -> list[tuple[str, int]]:
+    """Files below `base` (paths relative to it, and sizes), skipping hidden and temporary ones
+    (a name starting with ``.`` or ``_`` anywhere in the path)."""
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    except FileNotFoundError:
+        return []
+    found = []
+    for info in infos:
+        relative = info.path[len(base) + 1 :]
+        if info.type == pafs.FileType.File and not any(
+            part.startswith((".", "_")) for part in relative.split("/")
+        ):
+            found.append((relative, info.size))
+    return sorted(found)
+
+
+def tables_below(fs: pafs.FileSystem, base: str) -> list[str]:
+    """Every Delta table below `base` (paths relative to it): the folders holding a
+    ``_delta_log``."""
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    except FileNotFoundError:
+        return []
+    return sorted(i.path[len(base) + 1 : -len("/_delta_log")] for i in infos
+                  if i.type == pafs.FileType.Directory and i.path.endswith("/_delta_log"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from urllib.parse import unquote
 from collections.abc import Callable, Mapping, Sequence
@@ -24,22 +23,17 @@ import pyarrow.dataset as pads
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, TableNotFoundError as DeltaTableNotFound
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from deltalake.transaction import AddAction, CommitProperties
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakelog.errors import (
-    ChangesUnavailableError,
-    ConcurrentWriteError,
-    SchemaMismatchError,
-    TableNotFoundError,
-)
+from lakelog.errors import SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
 from lakelog.lake.changes import (
-    commit_timestamp, net_changes, read_changes, read_changes_arrow,
+    commit_timestamp, net_changes, read_changes, read_changes_arrow, require_files,
 )
-from lakelog.lake import data_files, driver_write, forgetting
+from lakelog.lake import data_files, delta_commit, driver_write, forgetting
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
@@ -294,57 +288,17 @@ class EmbeddedLake:
         txns: Sequence[AppTxn],
         metadata: Mapping[str, Any] | None,
     ) -> int:
-        now_ms = int(time.time() * 1000)
-        actions: list[AddAction | RemoveAction] = list(adds)
-        actions += [
-            RemoveAction(f.path, True, now_ms, f.size, _partition_strings(f.partition_values))
-            for f in removed
-        ]
-        properties = CommitProperties(
-            custom_metadata=dict(metadata) if metadata else None,
-            app_transactions=[Transaction(t.app_id, t.version) for t in txns] or None,
-            max_commit_retries=5,
-        )
-        try:
-            snapshot.table.create_write_transaction(
-                actions,
-                "append",
-                snapshot.table.schema(),
-                partition_by=snapshot.partition_columns or None,
-                commit_properties=properties,
-            )
-        except CommitFailedError as exc:
-            self._delete_files(snapshot.path, [a.path for a in adds])
-            raise ConcurrentWriteError(
-                f"another writer committed to {snapshot.path} first ({exc}); nothing was written"
-            ) from exc
+        delta_commit.commit(snapshot, adds, removed, txns, metadata,
+                            discard=lambda paths: self._delete_files(snapshot.path, paths))
         return self._delta(snapshot.path).version()
 
     def list_files(self, path: str) -> list[tuple[str, int]]:
         """Files below `path` (relative paths and sizes), skipping hidden and temporary ones."""
-        base = self._fs_path(path)
-        try:
-            infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=True))
-        except FileNotFoundError:
-            return []
-        found = []
-        for info in infos:
-            relative = info.path[len(base) + 1 :]
-            if info.type == pafs.FileType.File and not any(
-                part.startswith((".", "_")) for part in relative.split("/")
-            ):
-                found.append((relative, info.size))
-        return sorted(found)
+        return data_files.listed(self._fs, self._fs_path(path))
 
     def tables(self) -> list[str]:
         """Every Delta table under the root: the folders holding a ``_delta_log``."""
-        base = self._fs_root.rstrip("/")
-        try:
-            infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=True))
-        except FileNotFoundError:
-            return []
-        return sorted(i.path[len(base) + 1 : -len("/_delta_log")] for i in infos
-                      if i.type == pafs.FileType.Directory and i.path.endswith("/_delta_log"))
+        return data_files.tables_below(self._fs, self._fs_root.rstrip("/"))
 
     def read_bytes(self, path: str) -> bytes:
         with self._fs.open_input_stream(self._fs_path(path)) as stream:
@@ -413,8 +367,9 @@ class EmbeddedLake:
             return snapshot.files() if small else overlapping(snapshot.files(), first, lo, hi)
 
         if before is not None:
-            self._require_files(before, holding(before),
-                                f"the change feed from version {start_version}")
+            require_files(self._fs, self._fs_path(path), path, before.version,
+                          [f.path for f in holding(before)],
+                          f"the change feed from version {start_version}")
         return net_changes(
             before=None if before is None else self.read(before, files=holding(before),
                                                          keys=touched),
@@ -422,17 +377,6 @@ class EmbeddedLake:
             version=end,
             timestamp=commit_timestamp(self._fs, self._fs_path(path), end),
         )
-
-    def _require_files(
-        self, snapshot: DeltaSnapshot, files: Sequence[DataFile], purpose: str
-    ) -> None:
-        for f in files:
-            info = self._fs.get_file_info(self._fs_path(f"{snapshot.path}/{f.path}"))
-            if info.type == pafs.FileType.NotFound:
-                raise ChangesUnavailableError(
-                    f"{purpose} of {snapshot.path} needs version {snapshot.version}, whose file "
-                    f"{f.path} was vacuumed; read changes from a later version"
-                )
 
     def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
         self._delta(path).alter.set_table_properties(dict(properties), raise_if_not_exists=False)
@@ -455,6 +399,3 @@ class EmbeddedLake:
             dry_run=False,
         )
 
-
-def _partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
-    return {k: None if v is None else str(v) for k, v in values.items()}

@@ -7,7 +7,7 @@ import pytest
 from pyspark.sql import types as T
 
 from lakelog.consumers import Output
-from lakelog.errors import ConfigError
+from lakelog.errors import ChangesUnavailableError, ConfigError
 from lakelog.lake.merge_on_read import MergeKeys, merge_keys
 from lakelog.lake.squash import ensure_layout, squash
 from lakelog.lake.upsert import clustered, read_keys, upsert
@@ -90,6 +90,20 @@ def test_change_feed_is_the_net_change_of_the_rows(spark, lake):
                             ("insert", 3, "c", v3)]
     v4 = squash(lake, path, rows_per_file=10).version
     assert feed(v4, v4) == []  # a squash changes no row
+
+
+def test_a_change_feed_that_needs_vacuumed_files_says_so(spark, lake):
+    """Netting a merge-on-read range reads the rows the version before it held."""
+    path = table(lake)
+    append(spark, lake, path, [(1, "a", 1)])
+    append(spark, lake, path, [(1, "a2", 2)])
+    apart = append(spark, lake, path, [(5, "e", 1)])  # overlaps neither: not squashed
+    squashed = squash(lake, path, rows_per_file=10).version
+    assert lake.purge_removed(path, squashed)  # the first two files are gone
+    with pytest.raises(ChangesUnavailableError,
+                       match=rf"the change feed from version {apart} of t needs version "
+                             rf"{apart - 1}, whose file .* was vacuumed"):
+        lake.changes(path, apart, apart)
 
 
 def test_layouts_switch_both_ways_without_changing_rows(spark, lake):
