@@ -3,8 +3,8 @@
 A write puts its files into the table's folder (`lakelog.lake.data_files`: by pyarrow when few,
 else by Spark through a staging folder) with their footers' Delta statistics; delta-rs commits
 all adds and removes as one transaction relative to the snapshot the caller read, with the
-caller's application transactions. Files of a failed commit are deleted again, so a failed write
-leaves nothing behind.
+caller's application transactions (`lakelog.lake.delta_commit`). Files of a failed commit are
+deleted again, so a failed write leaves nothing behind.
 """
 
 from __future__ import annotations
