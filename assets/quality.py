@@ -7,8 +7,8 @@ materialized it just wrote. A topic's check validates only the rows appended sin
 its latest execution passed at (`lakelog.quality.scope`), so its cost follows the new records,
 not the log's history. Great Expectations is imported inside the check functions: its import
 takes seconds (2-5 s on 2 cores), which loading the code location should not pay, nor a run's
-critical path: the ingest step, which starts every run that reads new records, starts importing
-it in the background (`preload_checks`) when the run evaluates a check, while it waits on Spark.
+critical path: the ingest step starts importing it in the background (`preload_checks`) when
+its run holds a check that Great Expectations evaluates, while it waits on Spark.
 """
 
 import importlib
@@ -42,10 +42,12 @@ PRIORITY_TAG = "dagster/priority"
 
 
 def checks_follow(context: dg.AssetExecutionContext) -> bool:
-    """Whether the run evaluates a check of an asset it materializes: a table's blocking check
-    (a step of its own) or a SQL model's warnings (part of the model's step). `lakelog demo`'s
-    runs but its last, and a materialization of a topic alone, do not."""
-    return bool(context.job_def.asset_layer.asset_graph.asset_check_keys)  # the run's subset
+    """Whether the run holds a check that Great Expectations evaluates: a table's blocking
+    check (a step of its own) or a SQL model's warnings (part of the model's step). `lakelog
+    demo`'s runs but its last, and a materialization of a topic without its checks, hold
+    none."""
+    checks = context.job_def.asset_layer.asset_graph.asset_check_keys  # the run's subset
+    return any(key.name in names.GX_CHECKS for key in checks)
 
 
 def preload_checks() -> threading.Thread:

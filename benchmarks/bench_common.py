@@ -55,17 +55,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 def bytecode() -> dict[str, Any]:
-    """Whether the modules a lakelog process imports have compiled bytecode on disk. Without it
-    (an install by uv without ``--compile-bytecode``, and ``PYTHONDONTWRITEBYTECODE`` set) every
-    process compiles Dagster, pyspark and Great Expectations from source again: seconds each."""
+    """Whether the modules a lakelog process imports have compiled bytecode on disk (looked up
+    without importing them). Without it (an install by uv without ``--compile-bytecode``, and
+    ``PYTHONDONTWRITEBYTECODE`` set) every process compiles Dagster, pyspark and Great
+    Expectations from source again: seconds each."""
     import importlib.util
 
-    import dagster
+    def cached(name: str) -> bool:
+        spec = importlib.util.find_spec(name)
+        return bool(spec and spec.origin
+                    and os.path.exists(importlib.util.cache_from_source(spec.origin)))
 
-    import lakelog
-
-    def cached(module: Any) -> bool:
-        return os.path.exists(importlib.util.cache_from_source(module.__file__))
-
-    return {"site_packages": cached(dagster), "lakelog": cached(lakelog),
+    return {"site_packages": cached("dagster"), "lakelog": cached("lakelog"),
             "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", "")}

@@ -164,18 +164,24 @@ def test_the_ingest_step_preloads_the_checks_when_they_follow(lake, land, resour
     assert quality._PRELOAD[0].name == "lakelog-preload-gx"
 
     # A check of another asset of the run counts too, as a SQL model's warnings (part of the
-    # model's step) do in `lakelog demo`'s last run.
-    @dg.asset(key=["views", "checked_downstream"], deps=[topic_key(topic)],
-              check_specs=[dg.AssetCheckSpec("rows", asset=["views", "checked_downstream"])])
-    def checked_downstream():
-        yield dg.MaterializeResult()
-        yield dg.AssetCheckResult(passed=True)
+    # model's step) do in `lakelog demo`'s last run; a check GX does not evaluate does not.
+    def downstream(check: str) -> dg.AssetsDefinition:
+        @dg.asset(key=["views", "checked_downstream"], deps=[topic_key(topic)],
+                  check_specs=[dg.AssetCheckSpec(check, asset=["views", "checked_downstream"])])
+        def checked_downstream():
+            yield dg.MaterializeResult()
+            yield dg.AssetCheckResult(passed=True)
 
-    land("orders", "2026-01-05/c.ndjson", [order("o3", "u1", [("p1", 1, 10.0)], second=3)])
-    monkeypatch.setattr(quality, "_PRELOAD", [])
-    assert dg.materialize([topic_asset(topic), checked_downstream], resources=resources).success
-    assert quality._PRELOAD
-    monkeypatch.setattr(quality, "_PRELOAD", [])
-    assert dg.materialize([topic_asset(topic), checked_downstream], resources=resources,
-                          selection=[topic_key(topic)]).success
-    assert not quality._PRELOAD  # the checked asset is not in the run
+        return checked_downstream
+
+    for second, (check, selection, preloads) in enumerate([
+        (names.VALUE_RANGES, None, True),
+        (names.VALUE_RANGES, [topic_key(topic)], False),  # the checked asset is not in the run
+        ("replay_matches", None, False),
+    ]):
+        land("orders", f"2026-01-05/c{second}.ndjson",
+             [order(f"o{3 + second}", "u1", [("p1", 1, 10.0)], second=3 + second)])
+        monkeypatch.setattr(quality, "_PRELOAD", [])
+        assert dg.materialize([topic_asset(topic), downstream(check)], resources=resources,
+                              selection=selection).success
+        assert bool(quality._PRELOAD) is preloads, (check, selection)

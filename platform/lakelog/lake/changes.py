@@ -67,12 +67,16 @@ def require_files(
 ) -> None:
     """Raise `ChangesUnavailableError` unless every one of `files` (paths relative to the table)
     of version `version` of `table` is still on disk: a vacuum deletes removed files."""
-    for path in files:
-        if fs.get_file_info(f"{table_fs_path}/{path}").type == pafs.FileType.NotFound:
-            raise ChangesUnavailableError(
-                f"{purpose} of {table} needs version {version}, whose file {path} was "
-                "vacuumed; read changes from a later version"
-            )
+    infos = fs.get_file_info([f"{table_fs_path}/{path}" for path in files])
+    for path, info in zip(files, infos):
+        if info.type == pafs.FileType.NotFound:
+            raise vacuumed(f"{purpose} of {table} (its version {version})", path)
+
+
+def vacuumed(needed_by: str, path: str) -> ChangesUnavailableError:
+    """The error of a change feed that needs a file a vacuum deleted."""
+    return ChangesUnavailableError(
+        f"{needed_by} needs {path}, which was vacuumed; read changes from a later version")
 
 
 def _file_changes(
@@ -113,12 +117,10 @@ def read_changes(
     )
     if not changes:
         return empty
-    for change in changes:
-        if fs.get_file_info(f"{table_fs_path}/{change.path}").type == pafs.FileType.NotFound:
-            raise ChangesUnavailableError(
-                f"the change feed of version {change.version} needs {change.path}, which was "
-                "vacuumed; read changes from a later version"
-            )
+    infos = fs.get_file_info([f"{table_fs_path}/{c.path}" for c in changes])
+    for change, info in zip(changes, infos):
+        if info.type == pafs.FileType.NotFound:
+            raise vacuumed(f"the change feed of version {change.version}", change.path)
     index = spark.createDataFrame(
         [(c.path.rsplit("/", 1)[-1], c.version, c.timestamp, c.change) for c in changes],
         "_file string, _commit_version long, _commit_timestamp timestamp, _change_type string",
@@ -153,9 +155,7 @@ def read_changes_arrow(
             rows = pq.read_table(f"{table_fs_path}/{change.path}", filesystem=fs,
                                  schema=schema, partitioning=None)
         except FileNotFoundError as exc:
-            raise ChangesUnavailableError(
-                f"the change feed of version {change.version} needs {change.path}, which was "
-                "vacuumed; read changes from a later version") from exc
+            raise vacuumed(f"the change feed of version {change.version}", change.path) from exc
         n = rows.num_rows
         parts.append(rows.append_column("_change_type", pa.array([change.change] * n, pa.string()))
                      .append_column("_commit_version", pa.array([change.version] * n, pa.int64())))

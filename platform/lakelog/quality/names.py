@@ -15,6 +15,11 @@ ROW_COUNT_CHANGE = "row_count_change"
 UNIQUE_KEY = "unique_key"
 EXPECTATIONS = "expectations"
 
+#: The checks Great Expectations evaluates: the tables' and the models' (the audits, such as a
+#: replay compared with the live table, are lakelog's own comparisons).
+GX_CHECKS = frozenset({TOPIC_CHECK, COMPACTED_CHECK, HISTORY_CHECK, VALUE_RANGES,
+                       ROW_COUNT_CHANGE, UNIQUE_KEY, EXPECTATIONS})
+
 
 def model_checks(model: Model) -> tuple[str, ...]:
     """The warning checks `model` declares: value ranges and row-count change when configured,

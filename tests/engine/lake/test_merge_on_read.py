@@ -101,8 +101,8 @@ def test_a_change_feed_that_needs_vacuumed_files_says_so(spark, lake):
     squashed = squash(lake, path, rows_per_file=10).version
     assert lake.purge_removed(path, squashed)  # the first two files are gone
     with pytest.raises(ChangesUnavailableError,
-                       match=rf"the change feed from version {apart} of t needs version "
-                             rf"{apart - 1}, whose file .* was vacuumed"):
+                       match=rf"the change feed from version {apart} of t \(its version "
+                             rf"{apart - 1}\) needs .*, which was vacuumed"):
         lake.changes(path, apart, apart)
 
 
