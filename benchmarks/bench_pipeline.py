@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -465,13 +465,13 @@ def time_reference(lake: EmbeddedLake, name: str, work_dir: Path, args) -> dict:
         query.awaitTermination()
         wall = time.perf_counter() - started
     progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
-    batches = [p for p in progress if p.get("numInputRows", 0) > 0]
+    batches = [p for p in progress if _input_rows(p) > 0]
     timed = [p["durationMs"]["triggerExecution"] / 1000 for p in batches[args.warmup:]]
     return {
         "does": what,
         "median_s": median(timed),
         "seconds": [round(t, 3) for t in timed],
-        "records": [p["numInputRows"] for p in batches[args.warmup:]],
+        "records": [_input_rows(p) for p in batches[args.warmup:]],
         "batches": len(progress),
         "wall_s": round(wall, 2),
     }
@@ -767,6 +767,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--home", help="keep the lakes under this folder (default: a temp folder)")
     return p.parse_args(argv)
 
+
+def _input_rows(progress: Mapping[str, Any]) -> int:
+    """Rows a trigger read. A progress over Spark Connect can leave the total out (pyspark
+    sets it None when the server's JSON has none): its sources' counts then."""
+    total = progress.get("numInputRows")
+    if total is None:
+        total = sum(source.get("numInputRows") or 0 for source in progress.get("sources") or [])
+    return total
 
 def engine_version() -> dict:
     root = Path(__file__).resolve().parents[1]
