@@ -776,6 +776,7 @@ def _input_rows(progress: Mapping[str, Any]) -> int:
         total = sum(source.get("numInputRows") or 0 for source in progress.get("sources") or [])
     return total
 
+
 def engine_version() -> dict:
     root = Path(__file__).resolve().parents[1]
 

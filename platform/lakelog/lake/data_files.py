@@ -146,12 +146,8 @@ def delete(fs: pafs.FileSystem, table_root: str, relative_paths: Sequence[str]) 
 def listed(fs: pafs.FileSystem, base: str) -> list[tuple[str, int]]:
     """Files below `base` (paths relative to it, and sizes), skipping hidden and temporary ones
     (a name starting with ``.`` or ``_`` anywhere in the path)."""
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
-    except FileNotFoundError:
-        return []
     found = []
-    for info in infos:
+    for info in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True)):
         relative = info.path[len(base) + 1 :]
         if info.type == pafs.FileType.File and not any(
             part.startswith((".", "_")) for part in relative.split("/")
@@ -163,9 +159,7 @@ def listed(fs: pafs.FileSystem, base: str) -> list[tuple[str, int]]:
 def tables_below(fs: pafs.FileSystem, base: str) -> list[str]:
     """Every Delta table below `base` (paths relative to it): the folders holding a
     ``_delta_log``."""
-    try:
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
-    except FileNotFoundError:
-        return []
+    infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
     return sorted(i.path[len(base) + 1 : -len("/_delta_log")] for i in infos
                   if i.type == pafs.FileType.Directory and i.path.endswith("/_delta_log"))
+
