@@ -77,7 +77,8 @@ def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     if stats is not None:  # the log's file statistics know the greatest event time
         latest_us = None if stats.event_time is None else to_us(stats.event_time[1])
     elif agg.prepare is None:  # the events are the records: scan them once, for both steps
-        scanned = scan(agg, prepared(agg, batch.records), watermark_before=watermark_of(batch.state))
+        scanned = scan(agg, prepared(agg, batch.records), watermark_before=watermark_of(batch.state),
+                       keep=batch.cached)
         batch.scratch[SCANNED] = scanned
         latest_us = scanned.latest_us
     else:
@@ -103,7 +104,7 @@ def _scanned(agg: WindowedAggregate, batch: BatchInput, *, small: bool) -> Scann
     events = prepared(agg, batch.records)
     same_times = agg.prepare is None or agg.prepare_keeps_time
     if stats is None or not (same_times or small):
-        return scan(agg, events, watermark_before=before)
+        return scan(agg, events, watermark_before=before, keep=batch.cached)
     span = stats.event_time and (to_us(stats.event_time[0]), to_us(stats.event_time[1]))
     return known(agg, events, span_us=span, span_known=same_times, watermark_before=before,
                  any_invalid=agg.prepare is not None or _may_be_invalid(agg, stats))

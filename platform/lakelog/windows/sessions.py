@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
@@ -36,6 +36,13 @@ from lakelog.windows.late import before_watermark, late_rows
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
+
+
+def late_event(watermark_before_us: int | None) -> Column:
+    """Whether an event (working form) is late: before the watermark from before its batch."""
+    if watermark_before_us is None:
+        return F.lit(False)
+    return F.col(T_US) < F.lit(watermark_before_us)
 
 
 def reachable(stored: DataFrame, events: DataFrame, groups: list[str], gap: int) -> DataFrame:
@@ -64,9 +71,7 @@ def step(
     gap = window.gap_us
     groups = list(agg.group_names)
     ev = events.select("*", F.col(T_US).alias(START), (F.col(T_US) + F.lit(gap)).alias(END))
-    is_late = (
-        F.lit(False) if watermark_before_us is None else F.col(T_US) < F.lit(watermark_before_us)
-    )
+    is_late = late_event(watermark_before_us)
     late_out = late_rows(
         agg, ev.where(is_late), reason=before_watermark(watermark_before_us),
         policy=agg.late, watermark_us=watermark_before_us, batch=batch,
@@ -74,12 +79,8 @@ def step(
     applied = ev if agg.late == "correct" else ev.where(~is_late)
     absorbed = reachable(stored, applied, groups, gap)
     partials = partial_names(agg)
-    intervals = applied.select(
-        *groups, START, END, *input_names(agg), F.lit(True).alias("_event")
-    ).unionByName(
-        absorbed.select(
-            *groups, START, END, *partials, "revision", "is_final", F.lit(False).alias("_event")
-        ),
+    intervals = applied.select(*groups, START, END, *input_names(agg)).unionByName(
+        absorbed.select(*groups, START, END, *partials, "revision", "is_final"),
         allowMissingColumns=True,
     )
     ordered = Window.partitionBy(*groups).orderBy(START, END)
@@ -88,16 +89,18 @@ def step(
     numbered = intervals.withColumn("_opens", opens).withColumn(
         "_session", F.sum("_opens").over(ordered.rowsBetween(Window.unboundedPreceding, 0))
     )
-    fresh = numbered.where("_event").groupBy(*groups, "_session").agg(
-        F.min(START).alias(START), F.max(END).alias(END), *aggregated(agg)
-    )
-    old = numbered.where(~F.col("_event")).select(
-        *groups, "_session", START, END, *partials, "revision", "is_final"
-    )
-    combined = fresh.unionByName(old, allowMissingColumns=True).groupBy(*groups, "_session").agg(
-        F.min(START).alias(START), F.max(END).alias(END), *merged(agg),
+    # One pass over the sessions, so Spark computes them once: the events' inputs aggregate
+    # and the stored sessions' partials merge side by side (each ignores the other's rows,
+    # whose columns are null), then the two sets of partials merge.
+    per_session = [*groups, "_session"]
+    sides = numbered.groupBy(*per_session).agg(
+        F.min(START).alias(START), F.max(END).alias(END),
+        F.struct(*aggregated(agg)).alias("_fresh"), F.struct(*merged(agg)).alias("_stored"),
         F.max("revision").alias("_rev"), F.max("is_final").alias("_final"),
     )
+    session = [*per_session, START, END, "_rev", "_final"]
+    combined = sides.select(*session, F.explode(F.array("_fresh", "_stored")).alias("_side")) \
+        .select(*session, "_side.*").groupBy(*session).agg(*merged(agg))
     rows = combined.select(
         *groups, START, END, *partials,
         F.coalesce(F.col("_rev") + 1, F.lit(1)).alias("revision"),

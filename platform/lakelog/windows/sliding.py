@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
@@ -34,6 +34,11 @@ from lakelog.windows.late import late_rows, window_closed
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
+
+
+def late_event(watermark_before_us: int | None) -> Column:
+    """Whether an event (working form) is late: its own window, which ends at it, is final."""
+    return final_at(F.col(T_US), watermark_before_us)
 
 
 def _near(stored: DataFrame, bounds: DataFrame, groups: list[str]) -> DataFrame:
@@ -65,7 +70,7 @@ def step(
         *groups, "event_id", "event_time", T_US, *inputs,
         (F.col(T_US) - F.lit(size)).alias(START), F.col(T_US).alias(END),
     )
-    is_late = final_at(F.col(END), watermark_before_us)
+    is_late = late_event(watermark_before_us)
     late_out = late_rows(
         agg, ev.where(is_late),
         reason=window_closed(watermark_before_us, opening="(", closing="]"),

@@ -20,6 +20,7 @@ late: what a replay of the retained log computes, and what the incremental resul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
@@ -82,20 +83,42 @@ def _us(moment: datetime | None) -> int | None:
     return None if moment is None else to_us(moment)
 
 
-def scan(agg: WindowedAggregate, events: DataFrame, *, watermark_before: datetime | None) -> Scanned:
-    """The batch's first pass over `events` (prepared): see `Scanned`."""
+def _checkpoint(df: DataFrame) -> DataFrame:
+    return df.localCheckpoint(eager=True)
+
+
+def scan(
+    agg: WindowedAggregate,
+    events: DataFrame,
+    *,
+    watermark_before: datetime | None,
+    keep: Callable[[DataFrame], DataFrame] | None = None,
+) -> Scanned:
+    """The batch's first pass over `events` (prepared): see `Scanned`.
+
+    `keep` computes a frame once, now, and keeps its rows (`BatchInput.cached`): tumbling and
+    hopping windows keep their partials (a local checkpoint without it); session and sliding
+    windows, given `keep`, keep the normalized events, which a batch reads again for the stored
+    windows they reach, their own windows, and the late rows (without it they are recomputed).
+    """
     normalized = normalize(agg, events)
     if not isinstance(agg.window, (Tumbling, Hopping)):
+        if keep is not None:
+            normalized = keep(normalized)
         valid = F.col("_invalid").isNull()
+        late_event = (sessions if isinstance(agg.window, Session) else sliding).late_event
         span = normalized.agg(
             F.min(F.when(valid, F.col(T_US))).alias("lo"),
             F.max(F.when(valid, F.col(T_US))).alias("hi"),
             F.max(T_US).alias("latest"),
+            F.max(valid & late_event(_us(watermark_before))).alias("late"),
+            F.max(~valid).alias("invalid"),
         ).first()
         return Scanned(
-            normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"]
+            normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"],
+            any_late=bool(span["late"]), any_invalid=bool(span["invalid"]),
         )
-    found = fixed.partials(agg, normalized).localCheckpoint(eager=True)
+    found = (keep or _checkpoint)(fixed.partials(agg, normalized))
     windowed = F.col(START).isNotNull()
     end = F.col(START) + F.lit(agg.window.size_us)
     facts = found.coalesce(1).agg(  # a few rows per window: one task, no shuffle
@@ -138,6 +161,10 @@ def known(
         any_late = first is not None and (
             first - (window.windows_per_event - 1) * window.hop_us + window.size_us
             <= to_us(watermark_before))
+    elif any_late and span_known:  # a session or sliding event is late by its own time
+        mark = to_us(watermark_before)
+        any_late = span_us is not None and (
+            span_us[0] < mark if isinstance(window, Session) else span_us[0] <= mark)
     return Scanned(normalize(agg, events), span_us, None if span_us is None else span_us[1],
                    any_late=any_late, any_invalid=any_invalid, span_known=span_known)
 
@@ -181,13 +208,16 @@ def apply_batch(
             agg, working, found, normalized if scanned.any_late else None, **options,
             complete=complete,
         )
-    if late_rows is not None:
+    if late_rows is not None and scanned.any_late:
         late_parts.append(late_rows)
     rows = finish(agg, changed, batch=batch)
     if isinstance(agg.window, (Session, Sliding)) and after is not None and after != before:
         # Fixed windows find these in their merge; sliding and session rows are recomputed
         # from a range of stored rows, so the open ones the watermark passed are found here.
-        rows = rows.unionByName(_newly_final(agg, stored, rows, deletes, after, batch))
+        # A stored session the batch changes is one it absorbed (a merged session that kept a
+        # stored one's key absorbed it): the rows need not be computed again to tell.
+        changed = deletes if deletes is not None else rows
+        rows = rows.unionByName(_newly_final(agg, stored, changed, after, batch))
     if late_parts:
         late_out = reduce(DataFrame.unionByName, late_parts)
     else:
@@ -197,20 +227,12 @@ def apply_batch(
 
 
 def _newly_final(
-    agg: WindowedAggregate,
-    stored: DataFrame,
-    rows: DataFrame,
-    deletes: DataFrame | None,
-    watermark_us: int,
-    batch: int,
+    agg: WindowedAggregate, stored: DataFrame, changed: DataFrame, watermark_us: int, batch: int
 ) -> DataFrame:
-    """Stored open windows the watermark has passed, not otherwise changed by the batch."""
+    """Stored open windows the watermark has passed, other than the `changed` ones (keys)."""
     keys = list(agg.keys)
-    changed = rows.select(*keys)
-    if deletes is not None:
-        changed = changed.unionByName(deletes.select(*keys))
     due = stored.where(~F.col("is_final") & (F.col("window_end") <= ts(watermark_us)))
-    return due.join(changed, keys, "left_anti").withColumns(
+    return due.join(changed.select(*keys), keys, "left_anti").withColumns(
         {"is_final": F.lit(True), "batch": F.lit(batch).cast("long")}
     ).select(*window_schema(agg).fieldNames())  # the columns of `rows` (`finish`)
 

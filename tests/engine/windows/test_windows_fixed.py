@@ -16,6 +16,8 @@ from lakelog.windows import (
     Hopping,
     Max,
     Min,
+    Session,
+    Sliding,
     Sum,
     Tumbling,
     WindowedAggregate,
@@ -91,11 +93,34 @@ def test_the_first_pass_finds_span_lateness_and_records_without_a_window(spark):
     assert not update.may_have_late and update.late.isEmpty()
 
 
-@pytest.mark.parametrize("window", [MINUTE, (MINUTE, timedelta(seconds=20))])
-def test_facts_known_from_statistics_say_late_whenever_a_pass_finds_late_events(spark, window):
+@pytest.mark.parametrize("kind", [Session(gap=MINUTE), Sliding(MINUTE)])
+def test_a_session_or_sliding_pass_finds_lateness_and_records_without_a_window(spark, kind):
+    """Their pass finds what the fixed windows' pass does, so a batch with neither late events
+    nor events without a window writes no late rows (and reads its events for none)."""
+    agg = WindowedAggregate("w", ("t",), kind, (Count("n"),), group_by=("g",))
+    rows = [("e1", 50, "a", 1.0, "u"), ("e2", 100, "b", 1.0, "u"), ("e3", 130, None, 1.0, "u")]
+    clean = scan(agg, events(spark, rows[:2]), watermark_before=at(50))
+    assert (clean.span_us, clean.latest_us) == ((to_us(at(50)), to_us(at(100))), to_us(at(100)))
+    # A session event at the watermark is on time; a sliding one's window (which ends at it) is
+    # final there.
+    assert (clean.any_late, clean.any_invalid) == (isinstance(kind, Sliding), False)
+    clean = scan(agg, events(spark, rows[:2]), watermark_before=at(40))
+    assert (clean.any_late, clean.any_invalid) == (False, False)
+    update = apply_batch(agg, spark.createDataFrame([], window_schema(agg)), clean,
+                         watermark_before=at(40), watermark_after=at(100), batch=0)
+    assert not update.may_have_late and update.late.isEmpty()
+    dirty = scan(agg, events(spark, rows), watermark_before=at(60))
+    assert (dirty.any_late, dirty.any_invalid, dirty.latest_us) == (True, True, to_us(at(130)))
+    update = apply_batch(agg, spark.createDataFrame([], window_schema(agg)), dirty,
+                         watermark_before=at(60), watermark_after=at(130), batch=0)
+    assert sorted(r.event_id for r in update.late.collect()) == ["e1", "e3"]
+
+
+@pytest.mark.parametrize("kind", [Tumbling(MINUTE), Hopping(MINUTE, timedelta(seconds=20)),
+                                  Session(gap=MINUTE), Sliding(MINUTE)])
+def test_facts_known_from_statistics_say_late_whenever_a_pass_finds_late_events(spark, kind):
     """`known` decides lateness from the least event time alone: never "no late event" where
     the pass (`scan`) finds one, and exactly the pass's answer for a single event."""
-    kind = Tumbling(window) if isinstance(window, timedelta) else Hopping(*window)
     agg = WindowedAggregate("w", ("t",), kind, (Count("n"),), group_by=("g",))
     for times, mark in [([50], 59), ([50], 60), ([50], 61), ([40], 120), ([40, 200], 80),
                         ([119, 130], 120), ([130, 119], 121), ([0], 0)]:
