@@ -8,9 +8,11 @@ events change, windows that the watermark passed in this batch become final (``i
 even when no event touched them.
 
 `scan` is the batch's first pass over its events: their event-time span, which the consumer
-needs to choose the stored files to read, and for tumbling and hopping windows the batch's
-partials themselves (kept, so the events are read once) and whether any event is late or has
-no window (so a batch without such events does not read its events again to list them).
+needs to choose the stored files to read, whether any event is late or has no window (so a
+batch without such events does not read its events again to list them), and what it keeps so
+the events are read once: for tumbling and hopping windows the batch's partials, for session
+and sliding windows (which read their events again for the stored windows they reach, their
+own windows and the late rows) the normalized events.
 `known` is the same without a pass, from facts the log's file statistics give (a Spark job
 saved: most of a small batch's cost).
 
@@ -178,11 +180,13 @@ def apply_batch(
     watermark_after: datetime | None,
     batch: int,
     complete: bool = False,
+    keep: Callable[[DataFrame], DataFrame] | None = None,
 ) -> Update:
     """The windows, deletions and late rows of one microbatch (see the module docstring).
 
     With `complete`, tumbling and hopping windows return every stored window as well
-    (`Update.complete`); other kinds ignore it.
+    (`Update.complete`); other kinds ignore it. `keep` (see `scan`) keeps the sliding rows a
+    batch changes when it also needs them to find the rows the watermark closed.
     """
     scanned = events if isinstance(events, Scanned) else scan(
         agg, events, watermark_before=watermark_before
@@ -215,9 +219,12 @@ def apply_batch(
         # Fixed windows find these in their merge; sliding and session rows are recomputed
         # from a range of stored rows, so the open ones the watermark passed are found here.
         # A stored session the batch changes is one it absorbed (a merged session that kept a
-        # stored one's key absorbed it): the rows need not be computed again to tell.
-        changed = deletes if deletes is not None else rows
-        rows = rows.unionByName(_newly_final(agg, stored, changed, after, batch))
+        # stored one's key absorbed it): the rows need not be computed again to tell. Sliding
+        # rows are told by the rows themselves, so those are computed once and kept.
+        if deletes is None and keep is not None:
+            rows = keep(rows)
+        touched = deletes if deletes is not None else rows
+        rows = rows.unionByName(_newly_final(agg, stored, touched, after, batch))
     if late_parts:
         late_out = reduce(DataFrame.unionByName, late_parts)
     else:
@@ -227,12 +234,12 @@ def apply_batch(
 
 
 def _newly_final(
-    agg: WindowedAggregate, stored: DataFrame, changed: DataFrame, watermark_us: int, batch: int
+    agg: WindowedAggregate, stored: DataFrame, touched: DataFrame, watermark_us: int, batch: int
 ) -> DataFrame:
-    """Stored open windows the watermark has passed, other than the `changed` ones (keys)."""
+    """Stored open windows the watermark has passed, other than the `touched` ones (keys)."""
     keys = list(agg.keys)
     due = stored.where(~F.col("is_final") & (F.col("window_end") <= ts(watermark_us)))
-    return due.join(changed.select(*keys), keys, "left_anti").withColumns(
+    return due.join(touched.select(*keys), keys, "left_anti").withColumns(
         {"is_final": F.lit(True), "batch": F.lit(batch).cast("long")}
     ).select(*window_schema(agg).fieldNames())  # the columns of `rows` (`finish`)
 
