@@ -91,11 +91,15 @@ def step(
     )
     # One pass over the sessions, so Spark computes them once: the events' inputs aggregate
     # and the stored sessions' partials merge side by side (each ignores the other's rows,
-    # whose columns are null), then the two sets of partials merge.
+    # whose columns are null), then the two sets of partials merge. A session without stored
+    # rows has no stored side (every stored row has a revision): a merge over no rows is not
+    # always null (an HLL union of nothing is an empty sketch of the default size, which
+    # another size cannot be merged with).
     per_session = [*groups, "_session"]
+    stored_side = F.when(F.count("revision") > 0, F.struct(*merged(agg)))
     sides = numbered.groupBy(*per_session).agg(
         F.min(START).alias(START), F.max(END).alias(END),
-        F.struct(*aggregated(agg)).alias("_fresh"), F.struct(*merged(agg)).alias("_stored"),
+        F.struct(*aggregated(agg)).alias("_fresh"), stored_side.alias("_stored"),
         F.max("revision").alias("_rev"), F.max("is_final").alias("_final"),
     )
     session = [*per_session, START, END, "_rev", "_final"]

@@ -9,7 +9,16 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 from windows_helpers import at, by_key, events, local, public, stored, watermark
 
-from lakelog.windows import Count, Session, Sum, WindowedAggregate, apply_batch, batch_windows
+from lakelog.windows import (
+    ApproxDistinct,
+    Count,
+    Session,
+    Sum,
+    WindowedAggregate,
+    apply_batch,
+    batch_windows,
+)
+from lakelog.windows.schemas import window_schema
 
 AGGREGATES = (Count("n"), Sum("total", "x"))
 
@@ -72,3 +81,23 @@ def test_a_late_event_between_two_sessions(spark, policy):
         "event time 2026-03-01 12:00:35 is before watermark 2026-03-01 12:03:20: "
         "its session may already be final"
     )
+
+
+def test_sessions_keep_distinct_counts_of_any_sketch_size(spark):
+    """A new session (no stored side) and one merged with a stored session, both with a sketch
+    of a size other than the default: the stored side of a new session is empty, not an empty
+    sketch of the default size, which could not be merged with these."""
+    agg = WindowedAggregate("w", ("t",), Session(timedelta(seconds=30)),
+                            (Count("n"), ApproxDistinct("users", "user", lg_config_k=10)),
+                            group_by=("g",), watermark=watermark(0))
+    first = apply_batch(agg, spark.createDataFrame([], window_schema(agg)), events(spark, [
+        ("e1", 0, "a", 1.0, "u"), ("e2", 10, "a", 1.0, "v"), ("e3", 100, "b", 1.0, "u"),
+    ]), watermark_before=None, watermark_after=at(10), batch=0)
+    table = first.rows.localCheckpoint()
+    got = {r.g: (r.n, r.users) for r in first.rows.collect()}
+    assert got == {"a": (2, 2), "b": (1, 1)}
+    second = apply_batch(agg, table, events(spark, [
+        ("e4", 20, "a", 1.0, "w"), ("e5", 25, "a", 1.0, "u"), ("e6", 300, "a", 1.0, "x"),
+    ]), watermark_before=at(10), watermark_after=at(25), batch=1)
+    got = {(r.g, r.window_start): (r.n, r.users, r.revision) for r in second.rows.collect()}
+    assert got == {("a", local(0)): (4, 3, 2), ("a", local(300)): (1, 1, 1)}
