@@ -67,10 +67,16 @@ def require_files(
 ) -> None:
     """Raise `ChangesUnavailableError` unless every one of `files` (paths relative to the table)
     of version `version` of `table` is still on disk: a vacuum deletes removed files."""
+    gone = _first_gone(fs, table_fs_path, files)
+    if gone is not None:
+        raise vacuumed(f"{purpose} of {table} (its version {version})", files[gone])
+
+
+def _first_gone(fs: pafs.FileSystem, table_fs_path: str, files: Sequence[str]) -> int | None:
+    """The index of the first of `files` (relative to the table) no longer on disk, if any:
+    all looked up in one call."""
     infos = fs.get_file_info([f"{table_fs_path}/{path}" for path in files])
-    for path, info in zip(files, infos):
-        if info.type == pafs.FileType.NotFound:
-            raise vacuumed(f"{purpose} of {table} (its version {version})", path)
+    return next((i for i, info in enumerate(infos) if info.type == pafs.FileType.NotFound), None)
 
 
 def vacuumed(needed_by: str, path: str) -> ChangesUnavailableError:
@@ -117,10 +123,10 @@ def read_changes(
     )
     if not changes:
         return empty
-    infos = fs.get_file_info([f"{table_fs_path}/{c.path}" for c in changes])
-    for change, info in zip(changes, infos):
-        if info.type == pafs.FileType.NotFound:
-            raise vacuumed(f"the change feed of version {change.version}", change.path)
+    gone = _first_gone(fs, table_fs_path, [c.path for c in changes])
+    if gone is not None:
+        change = changes[gone]
+        raise vacuumed(f"the change feed of version {change.version}", change.path)
     index = spark.createDataFrame(
         [(c.path.rsplit("/", 1)[-1], c.version, c.timestamp, c.change) for c in changes],
         "_file string, _commit_version long, _commit_timestamp timestamp, _change_type string",

@@ -162,4 +162,3 @@ def tables_below(fs: pafs.FileSystem, base: str) -> list[str]:
     infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
     return sorted(i.path[len(base) + 1 : -len("/_delta_log")] for i in infos
                   if i.type == pafs.FileType.Directory and i.path.endswith("/_delta_log"))
-
