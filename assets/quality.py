@@ -18,6 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import dagster as dg
+# Great Expectations imports SQLAlchemy's ORM, which registers its inspector for every object
+# before its own `orm.exc` module is complete. Imported on the preload thread, that left a
+# window in which a step thread's Dagster storage query (SQLAlchemy coerces each element
+# through that inspector) failed with "partially initialized module 'sqlalchemy.orm.exc'".
+# Importing the ORM here, on the thread that loads the code location before any step runs,
+# closes the window for 50 ms.
+import sqlalchemy.orm  # noqa: F401
 
 from lakelog.assets.errors import engine_errors
 from lakelog.assets.executor import VALIDATION_TAG

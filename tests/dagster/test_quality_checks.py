@@ -139,6 +139,8 @@ def test_great_expectations_is_imported_in_the_background_once():
         "import sys\n"
         "from lakelog.assets.quality import preload_checks\n"
         "assert 'great_expectations' not in sys.modules\n"
+        # Loaded with the code location, not beside the step threads (see assets/quality.py).
+        "assert 'sqlalchemy.orm' in sys.modules\n"
         "thread = preload_checks()\n"
         "assert preload_checks() is thread and thread.daemon\n"
         "thread.join(300)\n"
