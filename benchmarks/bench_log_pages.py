@@ -11,9 +11,8 @@ file size and the median seconds of both reads.
 
 A write of up to 50,000 rows (`lakelog.lake.driver_write.SMALL_WRITE_ROWS`, which a log file of
 a demo batch is) goes through pyarrow instead of Spark. The same rows are written that way too:
-as pyarrow writes by default (no page index, so Spark cannot skip a page), and with a page
-index and 2,000-row pages (`ARROW_PAGES`, pyarrow 23 or newer). See benchmarks/README.md for
-why the log does not write either layout yet: a page index slowed the stream-table joins.
+as pyarrow writes by default (no page index, so Spark cannot skip a page), and as lakelog
+writes a topic table's files (`lakelog.lake.pages`: a page index, 2,000-row pages).
 
     python benchmarks/bench_log_pages.py --rows 60000 --range 250 --limits 5000 2000
 """
@@ -32,11 +31,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
+from lakelog.lake import pages
 from lakelog.spark.session import create_session
-
-
-#: pyarrow's options for a page index and pages of at most 2,000 rows.
-ARROW_PAGES = {"write_page_index": True, "max_rows_per_page": 2000}
 
 
 def records(spark, rows: int):
@@ -85,7 +81,8 @@ def main() -> None:
         writer.parquet(str(base / name))
         files[name] = base / name
     rows = source.toArrow()
-    for name, options in (("pyarrow_default", {}), ("pyarrow_pages_2000", ARROW_PAGES)):
+    log_layout = pages.arrow_options(pages.LOG_PAGE_ROWS)
+    for name, options in (("pyarrow_default", {}), ("pyarrow_log_layout", log_layout)):
         (base / name).mkdir()
         pq.write_table(rows, str(base / name / "part-0.parquet"), compression="snappy", **options)
         files[name] = base / name

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame
 
-from lakelog.lake import driver_write
+from lakelog.lake import driver_write, pages
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.schema import widen
 from lakelog.lake.stats import partition_values, stats_json
@@ -49,7 +49,8 @@ def write(
             return []
         groups = driver_write.groups(table, snapshot.partition_columns)
         if groups is not None:
-            return write_arrow(fs, table_root, groups, max_records_per_file)
+            return write_arrow(fs, table_root, groups, max_records_per_file,
+                               page_rows=pages.page_rows(snapshot.properties))
     df, actual = widen(df, expected)
     driver_write.checked(snapshot, actual)
     df = df.select(*expected.fieldNames())
@@ -61,11 +62,15 @@ def write_arrow(
     table_root: str,
     groups: list[tuple[str, pa.Table]],
     max_records_per_file: int | None = None,
+    *,
+    page_rows: int | None = None,
 ) -> list[AddAction]:
-    """Rows already in this process, as (partition folder, rows) groups, written by pyarrow."""
+    """Rows already in this process, as (partition folder, rows) groups, written by pyarrow
+    (`page_rows`: `lakelog.lake.pages`)."""
     written: list[str] = []
     try:
-        written = driver_write.write_files(fs, table_root, groups, max_records_per_file)
+        written = driver_write.write_files(fs, table_root, groups, max_records_per_file,
+                                           page_rows=page_rows)
         adds = [described(fs, table_root, relative) for relative in written]
         return [add for add in adds if add is not None]
     except BaseException:
@@ -84,7 +89,8 @@ def _write_with_spark(
     name = f"{STAGING}/{uuid.uuid4().hex}"
     staging = f"{table_root}/{name}"
     # "error" (= errorifexists): the one spelling Spark Connect accepts too.
-    writer = df.write.mode("error")
+    writer = df.write.mode("error").options(
+        **pages.spark_options(pages.page_rows(snapshot.properties)))
     if max_records_per_file:
         writer = writer.option("maxRecordsPerFile", max_records_per_file)
     if snapshot.partition_columns:

@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from lakelog.errors import SchemaMismatchError
+from lakelog.lake import pages
 from lakelog.lake.schema import describe_mismatch, widened
 
 if TYPE_CHECKING:
@@ -111,10 +112,13 @@ def write_files(
     table_root: str,
     groups: list[tuple[str, pa.Table]],
     max_records_per_file: int | None,
+    *,
+    page_rows: int | None = None,
 ) -> list[str]:
     """Write each group's rows into files under `table_root` (a path of `fs`); the relative
-    paths written, in order."""
+    paths written, in order. `page_rows`: `lakelog.lake.pages`."""
     written = []
+    options = pages.arrow_options(page_rows)
     for folder, rows in groups:
         step = max_records_per_file or rows.num_rows
         if folder:
@@ -122,6 +126,6 @@ def write_files(
         for start in range(0, rows.num_rows, step):
             relative = f"{folder}part-{uuid.uuid4().hex}.snappy.parquet"
             pq.write_table(rows.slice(start, step), f"{table_root}/{relative}", filesystem=fs,
-                           compression="snappy")
+                           compression="snappy", **options)
             written.append(relative)
     return written

@@ -25,6 +25,7 @@ from pyspark.sql.window import Window
 
 from lakelog.errors import ConcurrentWriteError, UnknownTopicError
 from lakelog.lake import AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed
+from lakelog.lake.pages import LOG_PAGE_ROWS, PAGE_ROWS
 from lakelog.log.held_batch import with_offsets
 from lakelog.log.topics import Topic
 
@@ -54,7 +55,8 @@ class AppendResult:
 
 
 def ensure_topic_table(lake: Lake, topic: Topic) -> None:
-    lake.create_table(topic.path, topic.table_schema, partition_by=["partition"])
+    lake.create_table(topic.path, topic.table_schema, partition_by=["partition"],
+                      properties={PAGE_ROWS: str(LOG_PAGE_ROWS)})
 
 
 def topic_snapshot(lake: Lake, topic: Topic | str) -> Snapshot:

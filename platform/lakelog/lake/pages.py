@@ -1,0 +1,39 @@
+"""Small Parquet pages with a page index, for a table that asks for them by its property
+`PAGE_ROWS` (the log's topic tables do: `lakelog.log.offsets.ensure_topic_table`).
+
+A microbatch cut by `max_records_per_batch` reads a range of offsets out of larger log files.
+Spark pushes the offset bounds down and, from a file's page index, decodes only the pages that
+hold them. pyarrow, which writes files of up to 50,000 rows (`lakelog.lake.driver_write`),
+writes no page index unless asked, so Spark decodes the whole file for any range; parquet-mr's
+pages hold up to 20,000 rows. With 2,000-row pages and an index, a 250-row read of a
+60,000-row file took 0.036 s against 0.070 s as pyarrow writes it by default, and reading the
+whole file was no slower (`benchmarks/bench_log_pages.py`). Tables other than the log keep the
+writers' defaults: with a page index in every file, the joins that push a list of keys down to
+the table they look up were slower (benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: The table property: the most rows in one data page of a column, and a page index.
+PAGE_ROWS = "lakelog.parquet.pageRows"
+#: The log's topic tables' value.
+LOG_PAGE_ROWS = 2000
+
+
+def page_rows(properties: Mapping[str, str]) -> int | None:
+    """The table's page size in rows; None: the writers' defaults."""
+    value = properties.get(PAGE_ROWS)
+    return int(value) if value else None
+
+
+def spark_options(rows: int | None) -> dict[str, str]:
+    """Spark's writer options (parquet-mr writes a page index whatever the page size)."""
+    return {} if rows is None else {"parquet.page.row.count.limit": str(rows)}
+
+
+def arrow_options(rows: int | None) -> dict[str, Any]:
+    """`pyarrow.parquet.write_table`'s keyword arguments (pyarrow 23 and newer)."""
+    return {} if rows is None else {"write_page_index": True, "max_rows_per_page": rows}
