@@ -107,7 +107,8 @@ def _scanned(agg: WindowedAggregate, batch: BatchInput, *, small: bool) -> Scann
         return scan(agg, events, watermark_before=before, keep=batch.cached)
     span = stats.event_time and (to_us(stats.event_time[0]), to_us(stats.event_time[1]))
     return known(agg, events, span_us=span, span_known=same_times, watermark_before=before,
-                 any_invalid=agg.prepare is not None or _may_be_invalid(agg, stats))
+                 any_invalid=agg.prepare is not None or _may_be_invalid(agg, stats),
+                 keep=batch.cached)
 
 
 def _may_be_invalid(agg: WindowedAggregate, stats: RangeStats) -> bool:

@@ -150,12 +150,18 @@ def known(
     watermark_before: datetime | None,
     any_invalid: bool,
     span_known: bool = True,
+    keep: Callable[[DataFrame], DataFrame] | None = None,
 ) -> Scanned:
     """A `Scanned` of `events` from facts known without reading them: `span_us` is the least and
     greatest event time of all the events (None: none has one), `any_invalid` whether one may
     have no window. Whether one is late follows from the least time. With `span_known` false,
-    `span_us` is only the records' (see `Scanned`): lateness is then not ruled out."""
+    `span_us` is only the records' (see `Scanned`): lateness is then not ruled out. `keep`
+    keeps the normalized events of session and sliding windows, as in `scan`: the facts need no
+    pass, but the batch reads its events two or three times all the same."""
     window = agg.window
+    normalized = normalize(agg, events)
+    if keep is not None and not isinstance(window, (Tumbling, Hopping)):
+        normalized = keep(normalized)
     any_late = watermark_before is not None  # nothing is final before the first watermark
     if any_late and span_known and isinstance(window, (Tumbling, Hopping)):
         # The earliest window of the earliest event ends first: if it is not final, none is.
@@ -167,7 +173,7 @@ def known(
         mark = to_us(watermark_before)
         any_late = span_us is not None and (
             span_us[0] < mark if isinstance(window, Session) else span_us[0] <= mark)
-    return Scanned(normalize(agg, events), span_us, None if span_us is None else span_us[1],
+    return Scanned(normalized, span_us, None if span_us is None else span_us[1],
                    any_late=any_late, any_invalid=any_invalid, span_known=span_known)
 
 

@@ -138,6 +138,34 @@ def test_facts_known_from_statistics_say_late_whenever_a_pass_finds_late_events(
     assert (nothing.any_late, nothing.latest_us) == (False, None)
 
 
+@pytest.mark.parametrize("kind", [Tumbling(MINUTE), Session(gap=MINUTE), Sliding(MINUTE)])
+def test_facts_known_from_statistics_keep_session_and_sliding_events(spark, kind):
+    """Without a pass for the facts, a session or sliding batch still reads its events for the
+    stored windows, its own and the late rows: `known` keeps them as `scan` does, and the
+    batch's update is the same as from events not kept."""
+    agg = WindowedAggregate("w", ("t",), kind, (Count("n"),), group_by=("g",))
+    rows = [("e1", 50, "a", 1.0, "u"), ("e2", 70, "a", 1.0, "u"), ("e3", 100, "b", 1.0, "u")]
+    span = (to_us(at(50)), to_us(at(100)))
+    kept = []
+
+    def keep(df):
+        kept.append(df.localCheckpoint(eager=True))
+        return kept[-1]
+
+    facts = known(agg, events(spark, rows), span_us=span, watermark_before=at(40),
+                  any_invalid=False, keep=keep)
+    if isinstance(kind, Tumbling):  # its partials are computed later, and kept then
+        assert not kept
+    else:
+        assert len(kept) == 1 and facts.events is kept[0]
+    plain = known(agg, events(spark, rows), span_us=span, watermark_before=at(40),
+                  any_invalid=False)
+    empty = spark.createDataFrame([], window_schema(agg))
+    updates = [apply_batch(agg, empty, f, watermark_before=at(40), watermark_after=at(100),
+                           batch=0) for f in (facts, plain)]
+    assertDataFrameEqual(*[u.rows for u in updates])
+
+
 def test_hopping_windows_match_sparks_window_function(spark):
     agg = WindowedAggregate(
         "w", ("t",), Hopping(size=MINUTE, hop=timedelta(seconds=20)),
