@@ -93,6 +93,8 @@ def main() -> None:
             df = spark.read.parquet(str(folder))
             ranged = df.where((F.col("offset") >= start) & (F.col("offset") < start + args.range))
             whole = df.agg(F.max("event_time"), F.count(F.lit(1)))
+            if len(ranged.collect()) != args.range:  # a page index misread loses rows
+                raise SystemExit(f"{name}: the range read gave {len(ranged.collect())} rows")
             figures = {
                 "file_bytes": sum(f.stat().st_size for f in folder.glob("*.parquet")),
                 "range_read_s": median_seconds(ranged.collect, args.repeats),

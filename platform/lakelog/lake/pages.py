@@ -1,10 +1,12 @@
 """Small Parquet pages with a page index, for a table that asks for them by its property
-`PAGE_ROWS` (the log's topic tables do: `lakelog.log.offsets.ensure_topic_table`).
+`PAGE_ROWS` (topic tables get it when `lakelog.log.offsets.ensure_topic_table` creates them; a
+topic table created before keeps the writers' defaults until the property is set on it, e.g.
+``lake.set_properties("log/<topic>", {PAGE_ROWS: "2000"})``, which later writes follow).
 
 A microbatch cut by `max_records_per_batch` reads a range of offsets out of larger log files.
 Spark pushes the offset bounds down and, from a file's page index, decodes only the pages that
-hold them. pyarrow, which writes files of up to 50,000 rows (`lakelog.lake.driver_write`),
-writes no page index unless asked, so Spark decodes the whole file for any range; parquet-mr's
+hold them. pyarrow, which writes a held ingest's files and the small writes
+(`lakelog.lake.driver_write`), writes no page index unless asked, so Spark decodes the whole file for any range; parquet-mr's
 pages hold up to 20,000 rows. With 2,000-row pages and an index, a 250-row read of a
 60,000-row file took 0.036 s against 0.070 s as pyarrow writes it by default, and reading the
 whole file was no slower (`benchmarks/bench_log_pages.py`). Tables other than the log keep the

@@ -108,7 +108,7 @@ def _scanned(agg: WindowedAggregate, batch: BatchInput, *, small: bool) -> Scann
     span = stats.event_time and (to_us(stats.event_time[0]), to_us(stats.event_time[1]))
     return known(agg, events, span_us=span, span_known=same_times, watermark_before=before,
                  any_invalid=agg.prepare is not None or _may_be_invalid(agg, stats),
-                 keep=batch.cached)
+                 keep=batch.cached if stats.records else None)  # an idle tick: no job
 
 
 def _may_be_invalid(agg: WindowedAggregate, stats: RangeStats) -> bool:

@@ -1,7 +1,8 @@
 """The page layout a table asks for by its property (`lakelog.lake.pages`), read back from the
 files' footers by parquet-mr, the reader Spark uses: whichever writer (Spark or pyarrow) wrote a
 file of a log's topic table, every column chunk has a page index and no page holds more than
-`LOG_PAGE_ROWS` rows; other tables keep the writers' defaults."""
+`LOG_PAGE_ROWS` rows; other tables keep the writers' defaults. And the reason for it, an offset
+range read that skips pages by the index, gives exactly the range's records."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog.lake import pages
-from lakelog.log.offsets import ensure_topic_table
+from lakelog.log.offsets import ensure_topic_table, read_offsets
 from lakelog.log.topics import Topic
 
 ROWS = 3 * pages.LOG_PAGE_ROWS + 500
 WRITERS = pytest.mark.parametrize("rows_hint", [None, ROWS], ids=["spark", "pyarrow"])
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def classic_only(request):
     if request.config.getoption("--spark-connect"):
         pytest.skip("reads the footers through the JVM of a classic session")
@@ -44,33 +45,52 @@ def page_rows(spark, path: str) -> list[list[int] | None]:
         reader.close()
 
 
-def written(lake, spark, path: str, df, rows_hint) -> list[list[list[int] | None]]:
-    lake.write(lake.snapshot(path), df.coalesce(1), rows_hint=rows_hint)
+def footers(lake, spark, path: str) -> list[list[list[int] | None]]:
+    """`page_rows` of each file of the table at `path`, which holds ROWS rows."""
     files = lake.snapshot(path).files()
     assert sum(f.num_records for f in files) == ROWS
     return [page_rows(spark, f"{lake.uri(path)}/{f.path}") for f in files]
 
 
-@WRITERS
-def test_a_topic_table_has_small_pages_and_a_page_index(lake, spark, rows_hint):
+def topic_log(lake, spark, rows_hint) -> str:
+    """A one-partition topic table holding offsets 0 to ROWS - 1, event ids ``e<offset>``."""
     topic = Topic("clicks", T.StructType([T.StructField("event_id", T.StringType()),
                                           T.StructField("user_id", T.StringType())]),
                   key="user_id", partitions=1)
     ensure_topic_table(lake, topic)
     schema = lake.snapshot(topic.path).schema
-    df = spark.range(ROWS).select(
-        *[F.col("id").alias(f.name) if f.name == "offset" else F.lit(0).alias(f.name)
-          if f.name == "partition" else F.lit(None).cast(f.dataType).alias(f.name)
-          for f in schema])
-    for chunks in written(lake, spark, topic.path, df, rows_hint):
+    columns = {"offset": F.col("id"), "partition": F.lit(0),
+               "event_id": F.concat(F.lit("e"), F.col("id").cast("string"))}
+    df = spark.range(ROWS).select(*[columns.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name)
+                                    for f in schema])
+    lake.write(lake.snapshot(topic.path), df.coalesce(1), rows_hint=rows_hint)
+    return topic.path
+
+
+@WRITERS
+def test_a_topic_table_has_small_pages_and_a_page_index(lake, spark, rows_hint, classic_only):
+    path = topic_log(lake, spark, rows_hint)
+    for chunks in footers(lake, spark, path):
         assert chunks and None not in chunks
         for rows in chunks:
             assert sum(rows) == ROWS and max(rows) <= pages.LOG_PAGE_ROWS, rows
 
 
 @WRITERS
-def test_other_tables_keep_the_writers_defaults(lake, spark, rows_hint):
+def test_a_range_read_across_pages_gives_exactly_its_records(lake, spark, rows_hint):
+    snapshot = lake.snapshot(topic_log(lake, spark, rows_hint))
+    edge = pages.LOG_PAGE_ROWS
+    for lo, hi in [(edge - 10, edge + 10), (edge + 100, 2 * edge + 350), (0, 1),
+                   (ROWS - 3, ROWS), (0, ROWS)]:
+        got = read_offsets(lake, snapshot, {0: (lo, hi)}).select("offset", "event_id").collect()
+        assert sorted((r.offset, r.event_id) for r in got) == [
+            (o, f"e{o}") for o in range(lo, hi)], (lo, hi)
+
+
+@WRITERS
+def test_other_tables_keep_the_writers_defaults(lake, spark, rows_hint, classic_only):
     lake.create_table("t", T.StructType([T.StructField("id", T.LongType())]))
-    for chunks in written(lake, spark, "t", spark.range(ROWS), rows_hint):
+    lake.write(lake.snapshot("t"), spark.range(ROWS).coalesce(1), rows_hint=rows_hint)
+    for chunks in footers(lake, spark, "t"):
         # parquet-mr always writes an offset index; pyarrow only when asked
         assert chunks == ([[ROWS]] if rows_hint is None else [None])

@@ -154,7 +154,7 @@ def test_facts_known_from_statistics_keep_session_and_sliding_events(spark, kind
 
     facts = known(agg, events(spark, rows), span_us=span, watermark_before=at(40),
                   any_invalid=False, keep=keep)
-    if isinstance(kind, Tumbling):  # its partials are computed later, and kept then
+    if isinstance(kind, Tumbling):  # its events are read once, for its partials
         assert not kept
     else:
         assert len(kept) == 1 and facts.events is kept[0]
