@@ -6,12 +6,12 @@ topic table created before keeps the writers' defaults until the property is set
 A microbatch cut by `max_records_per_batch` reads a range of offsets out of larger log files.
 Spark pushes the offset bounds down and, from a file's page index, decodes only the pages that
 hold them. pyarrow, which writes a held ingest's files and the small writes
-(`lakelog.lake.driver_write`), writes no page index unless asked, so Spark decodes the whole file for any range; parquet-mr's
-pages hold up to 20,000 rows. With 2,000-row pages and an index, a 250-row read of a
-60,000-row file took 0.036 s against 0.070 s as pyarrow writes it by default, and reading the
-whole file was no slower (`benchmarks/bench_log_pages.py`). Tables other than the log keep the
-writers' defaults: with a page index in every file, the joins that push a list of keys down to
-the table they look up were slower (benchmarks/README.md).
+(`lakelog.lake.driver_write`), writes no page index unless asked, so Spark decodes the whole
+file for any range; parquet-mr's pages hold up to 20,000 rows. With 2,000-row pages and an
+index, a 250-row read of a 60,000-row file took 0.036 s against 0.070 s as pyarrow writes it by
+default, and reading the whole file was no slower (`benchmarks/bench_log_pages.py`). Tables
+other than the log keep the writers' defaults: with this layout in every file, the stream-table
+joins were slower (benchmarks/README.md).
 """
 
 from __future__ import annotations
