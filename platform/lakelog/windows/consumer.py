@@ -76,16 +76,13 @@ def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     stats = RangeStats.combined(batch.stats.values())
     if stats is not None:  # the log's file statistics know the greatest event time
         latest_us = None if stats.event_time is None else to_us(stats.event_time[1])
-    elif agg.prepare is None:  # the events are the records: scan them once, for both steps
-        scanned = scan(agg, prepared(agg, batch.records), watermark_before=watermark_of(batch.state),
-                       keep=batch.cached)
+    else:  # one pass over the events, for both steps, which also finds the records' latest time
+        times = None if agg.prepare is None else reduce(
+            DataFrame.unionByName, [r.select("event_time") for r in batch.records.values()])
+        scanned = scan(agg, prepared(agg, batch.records), keep=batch.cached, records=times,
+                       watermark_before=watermark_of(batch.state))
         batch.scratch[SCANNED] = scanned
         latest_us = scanned.latest_us
-    else:
-        times = reduce(
-            DataFrame.unionByName, [r.select("event_time") for r in batch.records.values()]
-        )
-        latest_us = times.agg(F.unix_micros(F.max("event_time")).alias("top")).first()["top"]
     latest = None if latest_us is None else from_us(latest_us)
     return agg.watermark.advance(batch.state, latest, batch.now)
 

@@ -63,8 +63,9 @@ class Scanned:
 
     `span_us` is the least and greatest event time of the events that have a window, or a
     range containing them (None: no such event), `latest_us` the greatest event time of all
-    events (what moves the watermark). `partials` (tumbling and hopping windows) are
-    `fixed.partials` of the events (None: not computed yet). `any_late` / `any_invalid`: whether
+    events, or of all records when the pass was given them (what moves the watermark).
+    `partials` (tumbling and hopping windows) are `fixed.partials` of the events (None: not
+    computed yet). `any_late` / `any_invalid`: whether
     an event may fall into a window final before the batch / have no window (True when not
     known). `windows`: how many (window, group) rows the partials have (None when not known).
     `span_known` false: `span_us` is the records', not the events' (a `prepare` may change
@@ -89,14 +90,27 @@ def _checkpoint(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=True)
 
 
+def _with_latest(facts: DataFrame, records: DataFrame | None) -> DataFrame:
+    """`facts` (one row) with ``latest`` the records' greatest time instead, when given."""
+    if records is None:
+        return facts
+    top = records.agg(F.unix_micros(F.max("event_time")).alias("latest"))
+    return facts.drop("latest").crossJoin(top)
+
+
 def scan(
     agg: WindowedAggregate,
     events: DataFrame,
     *,
     watermark_before: datetime | None,
     keep: Callable[[DataFrame], DataFrame] | None = None,
+    records: DataFrame | None = None,
 ) -> Scanned:
     """The batch's first pass over `events` (prepared): see `Scanned`.
+
+    `records` (an `event_time` column of all the batch's records, when a `prepare` made the
+    events of them and may have dropped some) gives `latest_us` in the same Spark job: the
+    watermark moves with every record.
 
     `keep` computes a frame once, now, and keeps its rows (`BatchInput.cached`): tumbling and
     hopping windows keep their partials (a local checkpoint without it); session and sliding
@@ -109,13 +123,13 @@ def scan(
             normalized = keep(normalized)
         valid = F.col("_invalid").isNull()
         late_event = (sessions if isinstance(agg.window, Session) else sliding).late_event
-        span = normalized.agg(
+        span = _with_latest(normalized.agg(
             F.min(F.when(valid, F.col(T_US))).alias("lo"),
             F.max(F.when(valid, F.col(T_US))).alias("hi"),
             F.max(T_US).alias("latest"),
             F.max(valid & late_event(_us(watermark_before))).alias("late"),
             F.max(~valid).alias("invalid"),
-        ).first()
+        ), records).first()
         return Scanned(
             normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"],
             any_late=bool(span["late"]), any_invalid=bool(span["invalid"]),
@@ -123,14 +137,14 @@ def scan(
     found = (keep or _checkpoint)(fixed.partials(agg, normalized))
     windowed = F.col(START).isNotNull()
     end = F.col(START) + F.lit(agg.window.size_us)
-    facts = found.coalesce(1).agg(  # a few rows per window: one task, no shuffle
+    facts = _with_latest(found.coalesce(1).agg(  # a few rows per window: one task, no shuffle
         F.min(F.when(windowed, F.col("_lo_us"))).alias("lo"),
         F.max(F.when(windowed, F.col("_hi_us"))).alias("hi"),
         F.max(windowed & final_at(end, _us(watermark_before))).alias("late"),
         F.max(~windowed).alias("invalid"),
         F.max("_hi_us").alias("latest"),
         F.count(F.when(windowed, F.lit(1))).alias("windows"),
-    ).first()
+    ), records).first()
     return Scanned(
         normalized,
         None if facts["lo"] is None else (facts["lo"], facts["hi"]),

@@ -138,6 +138,20 @@ def test_facts_known_from_statistics_say_late_whenever_a_pass_finds_late_events(
     assert (nothing.any_late, nothing.latest_us) == (False, None)
 
 
+@pytest.mark.parametrize("kind", [Hopping(MINUTE, timedelta(seconds=20)), Session(gap=MINUTE)])
+def test_a_pass_over_prepared_events_finds_the_latest_time_of_all_records(spark, kind):
+    """A `prepare` may drop records, and the watermark moves with every record: given the
+    records' times, the pass's `latest_us` is theirs, while its span stays the events'."""
+    agg = WindowedAggregate("w", ("t",), kind, (Count("n"),), group_by=("g",))
+    rows = [("e1", 50, "a", 1.0, "u"), ("e2", 70, "a", 1.0, "u"), ("e3", 200, "b", 1.0, "u")]
+    kept = events(spark, rows[:2])  # what a prepare left of them
+    found = scan(agg, kept, watermark_before=at(40),
+                 records=events(spark, rows).select("event_time"))
+    assert found.latest_us == to_us(at(200))
+    assert scan(agg, kept, watermark_before=at(40)).latest_us == to_us(at(70))
+    assert found.span_us == (to_us(at(50)), to_us(at(70)))
+
+
 @pytest.mark.parametrize("kind", [Tumbling(MINUTE), Session(gap=MINUTE), Sliding(MINUTE)])
 def test_facts_known_from_statistics_keep_session_and_sliding_events(spark, kind):
     """Without a pass for the facts, a session or sliding batch still reads its events for the
