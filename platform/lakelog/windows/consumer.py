@@ -4,9 +4,10 @@ Per microbatch (`lakelog.consumers.run_batch` does the plan, the writes and the 
 
 1. `advance` moves the watermark with the greatest event time of the batch's records (all of
    them, before `prepare` filters any), or with the wall clock when an idle tick runs an empty
-   batch; the state is committed with the batch, so a retry sees the same watermarks. Without
-   `prepare` the records are the events, and `advance` finds that time in the events' first
-   pass (`updates.scan`), which `transform` then reuses.
+   batch; the state is committed with the batch, so a retry sees the same watermarks. When the
+   log's file statistics do not know that time (a batch cut inside log files), `advance` finds
+   it in the events' first pass (`updates.scan`, given the records' times when a `prepare` made
+   the events), which `transform` then reuses.
 2. `transform` scans the events once (`updates.scan`: their event-time span and, for tumbling and
    hopping windows, the batch's partials), reads only the stored windows the batch can change or
    finalize (`pruning`), computes `updates.apply_batch`, and returns the outputs in commit order:
@@ -99,13 +100,15 @@ def _scanned(agg: WindowedAggregate, batch: BatchInput, *, small: bool) -> Scann
         return batch.scratch[SCANNED]
     stats = RangeStats.combined(batch.stats.values())
     events = prepared(agg, batch.records)
+    if stats is not None and not stats.records:  # an idle tick: no event, and no Spark job
+        return known(agg, events, span_us=None, watermark_before=before, any_invalid=False)
     same_times = agg.prepare is None or agg.prepare_keeps_time
     if stats is None or not (same_times or small):
         return scan(agg, events, watermark_before=before, keep=batch.cached)
     span = stats.event_time and (to_us(stats.event_time[0]), to_us(stats.event_time[1]))
     return known(agg, events, span_us=span, span_known=same_times, watermark_before=before,
                  any_invalid=agg.prepare is not None or _may_be_invalid(agg, stats),
-                 keep=batch.cached if stats.records else None)  # an idle tick: no job
+                 keep=batch.cached)
 
 
 def _may_be_invalid(agg: WindowedAggregate, stats: RangeStats) -> bool:

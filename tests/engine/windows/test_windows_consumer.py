@@ -14,11 +14,13 @@ import pytest
 from engine_helpers import BASE, CrashAfterCommit, record
 
 from lakelog import consumers
-from lakelog.consumers import checkpoints
+from lakelog.consumers import BatchInput, checkpoints
 from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.lake import AppTxn, already_committed
 from lakelog.log import ingest
+from lakelog.log.offsets import RangeStats, ensure_topic_table, read_offsets, topic_snapshot
 from lakelog.windows import Count, Session, Sum, Tumbling, WindowedAggregate
+from lakelog.windows.consumer import _scanned
 
 SECOND = timedelta(seconds=1)
 
@@ -114,3 +116,30 @@ def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topi
     assert published == {("ua", 2, 1.0, 1), ("ub", 1, 2.0, 1)}
     (open_,) = table(lake, agg.state.path).collect()
     assert (open_.user_id, open_.window_start, open_.is_final) == ("ua", at("10:03:21"), False)
+
+
+def test_an_idle_tick_reads_no_events(spark, lake, topic, now):
+    """An idle tick's batch has no records: what its events' pass would find is known (no event,
+    none late), and nothing is read or kept for it, even for a `prepare` that changes times,
+    whose batches are otherwise scanned."""
+    agg = WindowedAggregate(
+        "idle", (topic.name,), Session(timedelta(minutes=1)), (Count("n"),),
+        group_by=("product_id",), watermark=Watermark(lateness=30 * SECOND),
+        prepare=lambda records: records[topic.name], prepare_keeps_time=False,
+    )
+    kept = []
+
+    class Recording(BatchInput):
+        def cached(self, df):
+            kept.append(df)
+            return super().cached(df)
+
+    ensure_topic_table(lake, topic)
+    nothing = read_offsets(lake, topic_snapshot(lake, topic), {})
+    state = agg.watermark.advance({}, now - timedelta(minutes=5), now)
+    batch = Recording(lake, 3, {topic.name: nothing}, {}, now=now, state=state,
+                      stats={topic.name: RangeStats(0, None, {})})
+    found = _scanned(agg, batch, small=False)
+    assert watermark_of(state) is not None  # so a lateness check would have had to look
+    assert (found.span_us, found.latest_us, found.any_late, kept) == (None, None, False, [])
+    batch.release()
