@@ -49,8 +49,7 @@ def write(
             return []
         groups = driver_write.groups(table, snapshot.partition_columns)
         if groups is not None:
-            return write_arrow(fs, table_root, groups, max_records_per_file,
-                               page_rows=pages.page_rows(snapshot.properties))
+            return write_arrow(fs, table_root, snapshot, groups, max_records_per_file)
     df, actual = widen(df, expected)
     driver_write.checked(snapshot, actual)
     df = df.select(*expected.fieldNames())
@@ -60,17 +59,16 @@ def write(
 def write_arrow(
     fs: pafs.FileSystem,
     table_root: str,
+    snapshot: DeltaSnapshot,
     groups: list[tuple[str, pa.Table]],
     max_records_per_file: int | None = None,
-    *,
-    page_rows: int | None = None,
 ) -> list[AddAction]:
     """Rows already in this process, as (partition folder, rows) groups, written by pyarrow
-    (`page_rows`: `lakelog.lake.pages`)."""
+    into the table of `snapshot` (in the page layout it asks for, `lakelog.lake.pages`)."""
     written: list[str] = []
     try:
         written = driver_write.write_files(fs, table_root, groups, max_records_per_file,
-                                           page_rows=page_rows)
+                                           page_rows=pages.page_rows(snapshot.properties))
         adds = [described(fs, table_root, relative) for relative in written]
         return [add for add in adds if add is not None]
     except BaseException:

@@ -33,7 +33,7 @@ from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_sm
 from lakelog.lake.changes import (
     commit_timestamp, net_changes, read_changes, read_changes_arrow, require_files,
 )
-from lakelog.lake import data_files, delta_commit, driver_write, forgetting, pages
+from lakelog.lake import data_files, delta_commit, driver_write, forgetting
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
@@ -274,9 +274,8 @@ class EmbeddedLake:
             return self.write(snapshot, self.spark.createDataFrame(table), remove=removed,
                               txns=txns, metadata=metadata,
                               max_records_per_file=max_records_per_file)
-        adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path), groups,
-                                      max_records_per_file,
-                                      page_rows=pages.page_rows(snapshot.properties))
+        adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path), snapshot, groups,
+                                      max_records_per_file)
         if callable(metadata):
             metadata = metadata(table.num_rows)
         return self._commit(snapshot, adds, removed, txns, metadata)

@@ -65,9 +65,8 @@ class Scanned:
     range containing them (None: no such event), `latest_us` the greatest event time of all
     events, or of all records when the pass was given them (what moves the watermark).
     `partials` (tumbling and hopping windows) are `fixed.partials` of the events (None: not
-    computed yet). `any_late` / `any_invalid`: whether
-    an event may fall into a window final before the batch / have no window (True when not
-    known). `windows`: how many (window, group) rows the partials have (None when not known).
+    computed yet). `any_late` / `any_invalid`: whether an event may fall into a window final
+    before the batch / have no window (True when not known). `windows`: how many (window, group) rows the partials have (None when not known).
     `span_known` false: `span_us` is the records', not the events' (a `prepare` may change
     times), so it cannot choose the stored windows to read; `latest_us` is the records' too.
     """
@@ -88,6 +87,18 @@ def _us(moment: datetime | None) -> int | None:
 
 def _checkpoint(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=True)
+
+
+def _normalized(
+    agg: WindowedAggregate, events: DataFrame, keep: Callable[[DataFrame], DataFrame] | None
+) -> DataFrame:
+    """`normalize` of the events; kept (`keep`, when given) for session and sliding windows,
+    whose batch reads them again for the stored windows they reach, their own windows and the
+    late rows (tumbling and hopping windows read them once, for their partials)."""
+    normalized = normalize(agg, events)
+    if keep is not None and not isinstance(agg.window, (Tumbling, Hopping)):
+        return keep(normalized)
+    return normalized
 
 
 def _with_latest(facts: DataFrame, records: DataFrame | None) -> DataFrame:
@@ -117,10 +128,8 @@ def scan(
     windows, given `keep`, keep the normalized events, which a batch reads again for the stored
     windows they reach, their own windows, and the late rows (without it they are recomputed).
     """
-    normalized = normalize(agg, events)
+    normalized = _normalized(agg, events, keep)
     if not isinstance(agg.window, (Tumbling, Hopping)):
-        if keep is not None:
-            normalized = keep(normalized)
         valid = F.col("_invalid").isNull()
         late_event = (sessions if isinstance(agg.window, Session) else sliding).late_event
         span = _with_latest(normalized.agg(
@@ -173,9 +182,7 @@ def known(
     keeps the normalized events of session and sliding windows, as in `scan`: the facts need no
     pass, but the batch reads its events two or three times all the same."""
     window = agg.window
-    normalized = normalize(agg, events)
-    if keep is not None and not isinstance(window, (Tumbling, Hopping)):
-        normalized = keep(normalized)
+    normalized = _normalized(agg, events, keep)
     any_late = watermark_before is not None  # nothing is final before the first watermark
     if any_late and span_known and isinstance(window, (Tumbling, Hopping)):
         # The earliest window of the earliest event ends first: if it is not final, none is.
