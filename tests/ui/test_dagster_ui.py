@@ -89,9 +89,18 @@ def page(dagster_dev):
 
 
 def dismiss_welcome(page):
+    """Close the UI's welcome dialog if it is open. It can open behind another dialog (the launch
+    dialog), whose header then takes the pointer: the click is then sent to the button itself."""
     skip = page.get_by_role("button", name="Skip")
-    if skip.count():
-        skip.first.click()
+    if not skip.count():
+        return
+    try:
+        skip.first.click(timeout=2_000)
+    except PlaywrightTimeout:
+        try:
+            skip.first.dispatch_event("click", timeout=2_000)
+        except PlaywrightTimeout:  # it closed on its own meanwhile
+            pass
 
 
 def click(page, target, *, tries: int = 6) -> None:
