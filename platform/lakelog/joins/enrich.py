@@ -44,4 +44,6 @@ def enrich(join: Lookup, keyed: DataFrame, table: DataFrame, *, batch: int) -> D
     """`keyed` records (`Lookup.keyed`) left-joined with the live rows of the compacted
     `table` (a table has one row per key, so a record gets at most one)."""
     live = join.rows(table.where(~F.col("_deleted")))
-    return join.finish(keyed.join(live, join.same_key(), "left"), batch=batch)
+    # Broadcast: at most a row per key of the batch (or a small table's rows), while a
+    # sort-merge join would shuffle and sort the records too.
+    return join.finish(keyed.join(F.broadcast(live), join.same_key(), "left"), batch=batch)

@@ -23,6 +23,7 @@ from lakelog.cdc.changelog import ChangelogTable
 from lakelog.consumers import BatchInput, Consumer, Output
 from lakelog.errors import ConfigError
 from lakelog.joins.side import TRAILER, Side, check_columns, check_name, trailer
+from lakelog.lake import held_read
 from lakelog.lake.upsert import read_keys
 
 
@@ -86,10 +87,13 @@ class Lookup(ABC):
         )
 
     def table_rows(self, batch: BatchInput, keyed: DataFrame) -> DataFrame:
-        """The table's stored rows with a key of `keyed` (none before the table exists)."""
+        """The table's stored rows with a key of `keyed` (none before the table exists); all
+        of a small table's, read in this process (`lakelog.lake.held_read`)."""
         if not batch.lake.exists(self.table.path):
             return keyed.sparkSession.createDataFrame([], self.table_schema)
         snapshot = batch.lake.snapshot(self.table.path)
+        if held_read.holds(snapshot):
+            return held_read.rows(batch.lake, snapshot)
         return read_keys(batch.lake, snapshot, keyed, self.table.key)
 
     def keyed(self, records: DataFrame) -> DataFrame:
