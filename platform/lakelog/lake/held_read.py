@@ -68,10 +68,11 @@ def current_table(lake: Lake, snapshot: Snapshot) -> pa.Table:
     return versions.drop_columns([FILE]).take(pa.array(chosen))
 
 
-def rows(lake: Lake, snapshot: Snapshot) -> DataFrame:
-    """`current_table` as a DataFrame in the table's schema."""
+def rows(lake: Lake, snapshot: Snapshot, table: pa.Table | None = None) -> DataFrame:
+    """`current_table` as a DataFrame in the table's schema (`table`: the rows it gave, when
+    the caller holds them already)."""
     schema = snapshot.schema
-    table = current_table(lake, snapshot)
+    table = current_table(lake, snapshot) if table is None else table
     if not table.num_rows:
         return lake.spark.createDataFrame([], schema)
     df = lake.spark.createDataFrame(table.select(schema.fieldNames()))

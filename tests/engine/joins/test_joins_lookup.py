@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 from joins_helpers import CHANGES, at, change, customer_row, local, order, position
 
@@ -13,6 +14,7 @@ from lakelog.demo.shop import ORDERS
 from lakelog.demo.shop_joins import CUSTOMER_ORDERS, ORDERS_AS_OF, ORDERS_ENRICHED
 from lakelog.errors import ConfigError
 from lakelog.joins import enrich, join_as_of
+from lakelog.joins.as_of import overlapping_versions
 from lakelog.joins.table_join import combine
 
 
@@ -73,6 +75,55 @@ def test_as_of_join_takes_the_version_valid_at_the_order_time(spark):
         "o-8": (4, "New", "NL", True),
     }
     assert out.where("order_id = 'o-4'").first()["customer_valid_from"] == local(at(60))
+
+
+def versions(*rows):
+    """History rows as Arrow: (customer, valid_from minute, valid_to minute or None, deleted)."""
+    def moment(minute):
+        return None if minute is None else at(minute)
+    return pa.table({
+        "customer_id": pa.array([r[0] for r in rows], pa.int64()),
+        "valid_from": pa.array([moment(r[1]) for r in rows], pa.timestamp("us", tz="UTC")),
+        "valid_to": pa.array([moment(r[2]) for r in rows], pa.timestamp("us", tz="UTC")),
+        "_deleted": pa.array([r[3] for r in rows], pa.bool_()),
+    })
+
+
+def test_overlapping_versions_of_a_held_history():
+    key = ("customer_id",)
+    disjoint = versions((1, 0, 60, False), (1, 60, 120, False), (1, 120, None, True),
+                        (2, 30, None, False), (3, 0, None, False), (None, 0, None, False))
+    assert not overlapping_versions(disjoint, key)
+    assert not overlapping_versions(versions(), key)
+    assert overlapping_versions(versions((4, 0, 100, False), (4, 50, None, False)), key)
+    assert overlapping_versions(versions((4, 50, None, False), (4, 0, None, False)), key)
+    # What the join leaves out cannot overlap: deletes, null keys, no valid_from.
+    assert not overlapping_versions(versions((4, 0, None, True), (4, 50, None, False)), key)
+    assert not overlapping_versions(versions((None, 0, None, False), (None, 5, None, False)), key)
+    assert not overlapping_versions(versions((4, None, None, False), (4, 5, None, False)), key)
+    floats = versions((4, 0, 60, False)).set_column(0, "customer_id", pa.array([4.0]))
+    assert overlapping_versions(floats, key)  # -0.0 and 0.0 are one key to Spark's join
+
+
+def test_as_of_join_without_the_choice_of_the_newest_when_nothing_overlaps(spark):
+    history = frame(spark, ORDERS_AS_OF.table_schema, [
+        customer_row(1, "Ada", position="10", valid=(0, 60)),
+        customer_row(1, "Ada", position="20", country="DE", valid=(60, None)),
+        customer_row(2, None, position="11", deleted=True, valid=(30, None)),
+    ])
+    orders = spark.createDataFrame([
+        order("1", -60, customer=1), order("2", 0, customer=1), order("3", 60, customer=1),
+        order("4", 45, customer=2), order("5", 45, customer=None),
+    ], ORDERS.table_schema)
+    keyed = ORDERS_AS_OF.keyed(orders)
+    chosen = join_as_of(ORDERS_AS_OF, keyed, history, batch=0)
+    direct = join_as_of(ORDERS_AS_OF, keyed, history, batch=0, overlapping=False)
+    assert by_order(direct) == by_order(chosen) == {
+        "o-1": (1, None, None, False), "o-2": (1, "Ada", "NL", True),
+        "o-3": (1, "Ada", "DE", True), "o-4": (2, None, None, False),
+        "o-5": (None, None, None, False),
+    }
+    assert direct.count() == 5 and direct.columns == chosen.columns
 
 
 def test_lookup_declaration_errors():
