@@ -71,10 +71,13 @@ def decided_through(lake: Lake, aggregate: Aggregate) -> int:
 
 def publish_outbox(lake: Lake, aggregate: Aggregate, *, now: datetime) -> PublishResult:
     """Append the events of every consumer batch not yet published, as one commit."""
-    last = decided_through(lake, aggregate)
-    if last <= published_through(lake, aggregate):
+    last, published = decided_through(lake, aggregate), published_through(lake, aggregate)
+    if last <= published:
         return PublishResult(0)
     outbox = lake.snapshot(aggregate.outbox.path)
+    # The outbox rows still to publish, at most (their files may hold earlier batches too): a
+    # record per row is what a relay publishes, so few rows are written without a Spark job.
+    pending = sum(f.num_records for f in outbox.files() if f.overlaps("batch", published + 1, last))
     app = relay_app_id(aggregate)
     source = aggregate.consumer.name
 
@@ -88,7 +91,7 @@ def publish_outbox(lake: Lake, aggregate: Aggregate, *, now: datetime) -> Publis
         }
 
     done = append(lake, aggregate.outbox_topic, prepare, order_by=aggregate.outbox_order,
-                  txns=[AppTxn(app, last)])
+                  txns=[AppTxn(app, last)], rows_hint=pending)
     if done is None:  # another relay published through `last` first
         return PublishResult(0)
     result, metadata = done
