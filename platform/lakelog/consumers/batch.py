@@ -265,9 +265,11 @@ def _write_output(
     if changes.replace:
         if changes.files is None or changes.deletes is not None:
             raise ConfigError(f"output {output.path}: a replacing write names its files, no deletes")
+        # The files' rows and about one per record, unless told: few are written by pyarrow.
+        stored = sum(f.num_records for f in changes.files)
         rewrite(lake, snapshot, changes.rows, files=changes.files, keys=output.keys,
-                rows_per_file=output.rows_per_file, rows_hint=changes.rows_hint, txns=txns,
-                metadata=metadata)
+                rows_per_file=output.rows_per_file, rows_hint=changes.rows_hint or stored + records,
+                txns=txns, metadata=metadata)
     elif output.merge_on_read:
         if changes.deletes is not None or changes.files is not None:
             raise ConfigError(f"output {output.path} is merge-on-read: it takes new versions "

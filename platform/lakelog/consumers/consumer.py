@@ -140,7 +140,8 @@ class Changes:
     them from, and about how many rows it upserts (`rows_hint`): the upsert then rewrites those
     files without a pass of its own over `rows` (`lakelog.lake.upsert.upsert`'s `candidates`). With
     `replace`, `rows` are the complete new content of `files` (unchanged rows included), written
-    in their place without a merge (`lakelog.lake.upsert.rewrite`).
+    in their place without a merge (`lakelog.lake.upsert.rewrite`); unless `rows_hint` says, about
+    the files' rows and one per record of the batch.
     """
 
     rows: DataFrame
