@@ -52,20 +52,24 @@ def changed_rows(lake: Lake, path: str, since: int, until: int) -> DataFrame:
     return lake.changes(path, since + 1, until).drop(*CHANGE_COLUMNS)
 
 
-def touched_hours(changes: Mapping[str, DataFrame]) -> frozenset[datetime] | None:
-    """The hours of the changed rows, or None when an input without a time column changed."""
+def touched_hours(
+    changes: Mapping[str, DataFrame], schemas: Mapping[str, StructType]
+) -> dict[datetime, int] | None:
+    """The hours of the changed rows, with how many changed rows each has; None when an input
+    without a time column changed. `schemas`: each input's columns (its pinned snapshot's, so
+    that no schema is asked of Spark)."""
     hours = []
-    for rows in changes.values():
-        column = time_column(rows.schema)
+    for path, rows in changes.items():
+        column = time_column(schemas[path])
         if column is None:
             if not rows.isEmpty():
                 return None
             continue
         hours.append(rows.select(F.date_trunc("hour", F.col(column)).alias(HOUR)))
     if not hours:
-        return frozenset()
-    found = reduce(DataFrame.unionByName, hours).where(F.col(HOUR).isNotNull()).distinct()
-    return frozenset(utc(r[HOUR]) for r in found.collect())
+        return {}
+    found = reduce(DataFrame.unionByName, hours).where(F.col(HOUR).isNotNull()).groupBy(HOUR)
+    return {utc(r[HOUR]): r["count"] for r in found.count().collect()}
 
 
 def in_hours(column: str, hours: Collection[datetime]):

@@ -134,12 +134,13 @@ def run_model(
         except ChangesUnavailableError as gone:  # e.g. vacuumed since the last run
             return _full(lake, model, everything(), pinned, f"rebuilt: {gone}")
         if model.config.partition_by == "hour":
-            found = touched_hours(changes)
+            found = touched_hours(changes, {p: pinned[p].schema for p in changes})
             if found is None:
                 return _full(lake, model, everything(), pinned,
                              "an input without a time column changed, so every hour may have")
-            return _hours(lake, spark, graph, model, output, pinned,
-                          found | {utc(h) for h in hours})
+            asked = {utc(h) for h in hours}
+            return _hours(lake, spark, graph, model, output, pinned, frozenset(found) | asked,
+                          changed=None if asked - set(found) else sum(found.values()))
         return _keys(lake, spark, graph, model, output, read, pinned, everything(), changes)
 
 
@@ -214,7 +215,11 @@ def _hours(
     output: Snapshot,
     pinned: Mapping[str, Snapshot],
     hours: frozenset[datetime],
+    *,
+    changed: int | None,
 ) -> ModelRun:
+    """Recompute `hours`, whose inputs' changed rows number `changed` (None: not known, as for
+    an hour a backfill asks for)."""
     versions = _versions(pinned)
     if not hours:
         return _state_only(lake, model, output, pinned)
@@ -229,10 +234,14 @@ def _hours(
     )
     units = spark.createDataFrame([(h,) for h in sorted(hours)],
                                   T.StructType([T.StructField(HOUR, T.TimestampType())]))
+    candidates = hour_files(output, hours)
     version = replace(
-        lake, output, checked, units, [HOUR], hour_files(output, hours),
+        lake, output, checked, units, [HOUR], candidates,
         txns=state_txns(model, output, pinned),
         metadata=_metadata(model, "incremental", versions, len(hours)),
+        # About: the rows of the rewritten files (those of the hours among them), and a new
+        # row per changed input row at most for a model that groups its inputs' rows.
+        rows_hint=None if changed is None else sum(f.num_records for f in candidates) + changed,
     )
     return ModelRun(model.name, "incremental", f"{len(hours)} hour(s) recomputed", versions,
                     version, output.version, len(hours), tuple(sorted(hours)))
