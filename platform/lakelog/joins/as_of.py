@@ -55,7 +55,7 @@ class AsOfJoin(Lookup):
         snapshot = lake.snapshot(path) if lake.exists(path) else None
         if snapshot is not None and held_read.holds(snapshot):
             held = held_read.current_table(lake, snapshot)
-            history = held_read.rows(lake, snapshot, held)
+            history = F.broadcast(held_read.rows(lake, snapshot, held))  # a small table
             overlaps = overlapping_versions(held, self.table.key)
         else:
             history, overlaps = self.table_rows(batch, keyed), True
@@ -86,8 +86,10 @@ def overlapping_versions(history: pa.Table, key: Sequence[str]) -> bool:
     """Whether two live versions of one key in `history` (SCD2 rows held here) have intervals
     that overlap, so that one time could match both. Versions that match nothing — deleted, or
     with a null key or ``valid_from`` — are left out, as the join leaves them out. A floating
-    point key is taken to overlap (Spark's join matches -0.0 with 0.0; Arrow does not)."""
-    if any(pa.types.is_floating(history.schema.field(k).type) for k in key):
+    point or nested key is taken to overlap (Spark's join matches -0.0 with 0.0; Arrow does not,
+    and does not sort by a nested column)."""
+    types = [history.schema.field(k).type for k in key]
+    if any(pa.types.is_floating(t) or pa.types.is_nested(t) for t in types):
         return True
     live = history.filter(pc.invert(history["_deleted"]))  # null: dropped, as Spark's filter
     for column in (*key, "valid_from"):

@@ -1,8 +1,9 @@
 """Stream–table join (enrichment): each record joined with its row's *current* version.
 
 The consumer ``join.<name>`` reads the stream and, per microbatch, the compacted table
-(``tables/<table>``) as it is when the batch is processed — only the files that can hold the
-batch's keys (`lakelog.lake.upsert.read_keys`). It is a processing-time join, like a Kafka Streams
+(``tables/<table>``) as it is when the batch is processed — the rows of the batch's keys, from
+the files that can hold them (`lakelog.lake.upsert.read_keys`), or all of a small table's, read in
+this process (`lakelog.lake.held_read`). It is a processing-time join, like a Kafka Streams
 stream–table join: a record sees the table as of its processing, not as of its event time (that
 is `lakelog.joins.as_of`), and a retried batch reads the table as it is at the retry. Rows
 already written are never revised by later table changes.

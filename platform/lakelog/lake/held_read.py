@@ -8,13 +8,15 @@ pyarrow, the same rows take milliseconds, and as a local relation (`createDataFr
 data; over Spark Connect, rows inside the plan) they join the records by broadcast in the
 records' own stage.
 
-The rows are those `Lake.read` gives: for a merge-on-read table, per key the version with the
-greatest `newer_by` (nulls last), a tie to the first file by name, as
-`lakelog.lake.merge_on_read.newest` orders them.
+For a merge-on-read table, each key gets the version with the greatest `newer_by` (nulls
+last), a tie going to the first file by name, as `lakelog.lake.merge_on_read.newest` orders
+them; resolved across all the files, where Spark's read resolves only files whose key ranges
+overlap (a file on its own holds one version per key, as lakelog writes them): the same rows.
 
 Only an unpartitioned table qualifies (files read by pyarrow carry no partition values), and a
-merge-on-read table only when neither its keys nor `newer_by` are floating point: Spark groups
--0.0 with 0.0 and orders NaN above every number; Arrow compares them as they are.
+merge-on-read table only when its keys and `newer_by` are neither floating point (Spark groups
+-0.0 with 0.0 and orders NaN above every number; Arrow compares them as they are) nor nested
+(Arrow does not group by a struct, list or map).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, FloatType
+from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
 
 from lakelog.lake.base import Lake, Snapshot, is_small
 from lakelog.lake.merge_on_read import FILE, merge_keys
@@ -39,8 +41,8 @@ def holds(snapshot: Snapshot) -> bool:
     if merge is None:
         return True
     types = {f.name: f.dataType for f in snapshot.schema.fields}
-    return not any(isinstance(types.get(c), (FloatType, DoubleType))
-                   for c in (*merge.keys, merge.newer_by))
+    unheld = (FloatType, DoubleType, StructType, ArrayType, MapType)
+    return not any(isinstance(types.get(c), unheld) for c in (*merge.keys, merge.newer_by))
 
 
 def current_table(lake: Lake, snapshot: Snapshot) -> pa.Table:

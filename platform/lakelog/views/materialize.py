@@ -240,7 +240,8 @@ def _hours(
         txns=state_txns(model, output, pinned),
         metadata=_metadata(model, "incremental", versions, len(hours)),
         # About: the rows of the rewritten files (those of the hours among them), and a new
-        # row per changed input row at most for a model that groups its inputs' rows.
+        # row per changed input row (more for a model that explodes or joins them: the hint
+        # only chooses collecting the rows, up to 50,000, over a Spark write).
         rows_hint=None if changed is None else sum(f.num_records for f in candidates) + changed,
     )
     return ModelRun(model.name, "incremental", f"{len(hours)} hour(s) recomputed", versions,

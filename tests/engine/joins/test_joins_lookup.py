@@ -14,7 +14,9 @@ from lakelog.demo.shop import ORDERS
 from lakelog.demo.shop_joins import CUSTOMER_ORDERS, ORDERS_AS_OF, ORDERS_ENRICHED
 from lakelog.errors import ConfigError
 from lakelog.joins import enrich, join_as_of
+from lakelog.consumers import BatchInput
 from lakelog.joins.as_of import overlapping_versions
+from lakelog.lake import held_read
 from lakelog.joins.table_join import combine
 
 
@@ -103,6 +105,28 @@ def test_overlapping_versions_of_a_held_history():
     assert not overlapping_versions(versions((4, None, None, False), (4, 5, None, False)), key)
     floats = versions((4, 0, 60, False)).set_column(0, "customer_id", pa.array([4.0]))
     assert overlapping_versions(floats, key)  # -0.0 and 0.0 are one key to Spark's join
+    nested = versions((4, 0, 60, False)).set_column(0, "customer_id", pa.array([{"a": 4}]))
+    assert overlapping_versions(nested, key)  # Arrow sorts by no struct
+
+
+def test_as_of_transform_of_a_held_history_whose_versions_overlap(spark, lake):
+    """Commit times that went backwards: the held history's intervals overlap, and each order
+    still gets one row, the newest matching version's."""
+    history = ORDERS_AS_OF.table
+    lake.create_table(history.path, ORDERS_AS_OF.table_schema)
+    lake.write(lake.snapshot(history.path), frame(spark, ORDERS_AS_OF.table_schema, [
+        customer_row(4, "Old", position="40", valid=(0, 100)),
+        customer_row(4, "New", position="41", valid=(50, None)),
+        customer_row(5, "Eve", position="42", valid=(0, None)),
+    ]))
+    assert held_read.holds(lake.snapshot(history.path))
+    orders = spark.createDataFrame([order("1", 20, customer=4), order("2", 70, customer=4),
+                                    order("3", 70, customer=5)], ORDERS.table_schema)
+    batch = BatchInput(lake, 0, {ORDERS.name: orders}, {})
+    out = ORDERS_AS_OF.transform(batch)[ORDERS_AS_OF.output.path]
+    assert out.count() == 3
+    assert by_order(out) == {"o-1": (4, "Old", "NL", True), "o-2": (4, "New", "NL", True),
+                             "o-3": (5, "Eve", "NL", True)}
 
 
 def test_as_of_join_without_the_choice_of_the_newest_when_nothing_overlaps(spark):
