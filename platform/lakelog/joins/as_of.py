@@ -35,7 +35,6 @@ from lakelog.cdc.history import HistoryTable
 from lakelog.consumers import BatchInput
 from lakelog.errors import ConfigError
 from lakelog.joins.lookup import Lookup
-from lakelog.lake import held_read
 
 
 @dataclass(frozen=True)
@@ -51,14 +50,8 @@ class AsOfJoin(Lookup):
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
         keyed = self.keyed(batch.records[self.stream.topic.name])
-        lake, path = batch.lake, self.table.path
-        snapshot = lake.snapshot(path) if lake.exists(path) else None
-        if snapshot is not None and held_read.holds(snapshot):
-            held = held_read.current_table(lake, snapshot)
-            history = F.broadcast(held_read.rows(lake, snapshot, held))  # a small table
-            overlaps = overlapping_versions(held, self.table.key)
-        else:
-            history, overlaps = self.table_rows(batch, keyed), True
+        history, held = self.table_rows(batch, keyed)
+        overlaps = held is None or overlapping_versions(held, self.table.key)
         return {self.output.path: join_as_of(self, keyed, history, batch=batch.batch,
                                              overlapping=overlaps)}
 

@@ -37,7 +37,7 @@ class EnrichJoin(Lookup):
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame]:
         keyed = self.keyed(batch.records[self.stream.topic.name])
-        table = self.table_rows(batch, keyed)
+        table, _ = self.table_rows(batch, keyed)
         return {self.output.path: enrich(self, keyed, table, batch=batch.batch)}
 
 

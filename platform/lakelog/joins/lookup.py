@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -86,15 +87,18 @@ class Lookup(ABC):
             max_records_per_batch=self.max_records_per_batch,
         )
 
-    def table_rows(self, batch: BatchInput, keyed: DataFrame) -> DataFrame:
-        """The table's stored rows with a key of `keyed` (none before the table exists); all
-        of a small table's, read in this process (`lakelog.lake.held_read`)."""
-        if not batch.lake.exists(self.table.path):
-            return keyed.sparkSession.createDataFrame([], self.table_schema)
-        snapshot = batch.lake.snapshot(self.table.path)
+    def table_rows(self, batch: BatchInput, keyed: DataFrame) -> tuple[DataFrame, pa.Table | None]:
+        """The table's stored rows with a key of `keyed` (none before the table exists), or
+        all of a small table's, read in this process (`lakelog.lake.held_read`) and joined by
+        broadcast; those are also given as the Arrow data they were made of (else None)."""
+        lake = batch.lake
+        if not lake.exists(self.table.path):
+            return keyed.sparkSession.createDataFrame([], self.table_schema), None
+        snapshot = lake.snapshot(self.table.path)
         if held_read.holds(snapshot):
-            return held_read.rows(batch.lake, snapshot)
-        return read_keys(batch.lake, snapshot, keyed, self.table.key)
+            held = held_read.current_table(lake, snapshot)
+            return F.broadcast(held_read.rows(lake, snapshot, held)), held
+        return read_keys(lake, snapshot, keyed, self.table.key), None
 
     def keyed(self, records: DataFrame) -> DataFrame:
         """The records' output columns, their table key, their time (``_time``) and position

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
 
 from lakelog.lake.base import Lake, Snapshot, is_small
-from lakelog.lake.merge_on_read import FILE, merge_keys
+from lakelog.lake.merge_on_read import FILE, file_name, merge_keys
 
 _INDEX = "_lakelog_index"
 
@@ -51,8 +51,7 @@ def current_table(lake: Lake, snapshot: Snapshot) -> pa.Table:
     if merge is None:
         return lake.read_arrow(snapshot, files=snapshot.files())
     parts = [
-        table.append_column(FILE, pa.array([f.path.rsplit("/", 1)[-1]] * table.num_rows,
-                                           pa.string()))
+        table.append_column(FILE, pa.array([file_name(f.path)] * table.num_rows, pa.string()))
         for f in snapshot.files()
         for table in [lake.read_arrow(snapshot, files=[f])]
     ]

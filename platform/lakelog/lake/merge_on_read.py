@@ -99,7 +99,7 @@ def current_rows(
     if overlapping:
         rows = rows.unionByName(newest(only_keys(read_files(overlapping)), merge))
     if chosen is not None and {f.path for f in wanted} != {f.path for f in chosen}:
-        rows = rows.where(F.col(FILE).isin(*sorted({_name(f.path) for f in chosen})))
+        rows = rows.where(F.col(FILE).isin(*sorted({file_name(f.path) for f in chosen})))
     return rows.drop(FILE)
 
 
@@ -121,5 +121,6 @@ def overlap_groups(files: Sequence[DataFile], column: str) -> list[list[DataFile
     return groups
 
 
-def _name(path: str) -> str:
+def file_name(path: str) -> str:
+    """A file's name as the `FILE` column gives it (Spark's ``_metadata.file_name``)."""
     return path.rsplit("/", 1)[-1]

@@ -66,7 +66,8 @@ class Scanned:
     events, or of all records when the pass was given them (what moves the watermark).
     `partials` (tumbling and hopping windows) are `fixed.partials` of the events (None: not
     computed yet). `any_late` / `any_invalid`: whether an event may fall into a window final
-    before the batch / have no window (True when not known). `windows`: how many (window, group) rows the partials have (None when not known).
+    before the batch / have no window (True when not known). `windows`: how many (window,
+    group) rows the partials have (None when not known).
     `span_known` false: `span_us` is the records', not the events' (a `prepare` may change
     times), so it cannot choose the stored windows to read; `latest_us` is the records' too.
     """
