@@ -4,6 +4,12 @@ Refs are passed to ``spark.sql`` as DataFrame arguments, which pyspark binds to 
 temporary views for that one query: two models, or two evaluations of one model over different
 inputs, never see each other's tables.
 A ref to a view model inlines that model's query: views are recomputed on every read.
+
+Over Spark Connect, ``spark.sql`` sends the query as a command and waits for the server to
+parse and analyse it (a round trip of about 0.1 s for a model); the model's query is built here
+as the same SQL relation without that round trip, and the server analyses it with the plan
+that uses it (a model's errors then surface where its rows are first used, still inside the
+run's `spark_errors`).
 """
 
 from __future__ import annotations
@@ -56,4 +62,20 @@ def evaluate(spark: SparkSession, graph: ModelGraph, name: str, read: Reader) ->
                 frames[f"ref_{index}"] = evaluate(spark, graph, ref, read)
             else:
                 frames[f"ref_{index}"] = read(ref_path(ref))
-        return spark.sql(model.template, **frames) if frames else spark.sql(model.body)
+        return _query(spark, model.template, frames) if frames else _query(spark, model.body, {})
+
+
+def _query(spark: SparkSession, sql: str, frames: dict[str, DataFrame]) -> DataFrame:
+    """``spark.sql(sql, **frames)``; over Spark Connect a relation, not a command."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return spark.sql(sql, **frames)
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectFrame
+    from pyspark.sql.connect.plan import SQL, SubqueryAlias
+    from pyspark.sql.connect.sql_formatter import SQLStringFormatter
+
+    # What pyspark's Connect `sql` sends (pyspark 4.0-4.2): the DataFrames as named views of
+    # this one query.
+    formatter = SQLStringFormatter(spark)
+    query = formatter.format(sql, **frames) if frames else sql
+    views = [SubqueryAlias(df._plan, name) for df, name in formatter._temp_views]
+    return ConnectFrame(SQL(query, None, None, views), spark)
