@@ -22,17 +22,19 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakelog.lake import AppTxn, DataFile, Lake, Snapshot
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, held_read
 from lakelog.lake.changes import CHANGE_COLUMNS
 from lakelog.views.evaluate import Reader, evaluate
 from lakelog.views.graph import ModelGraph
 from lakelog.views.models import HOUR
 
 ONE_HOUR = timedelta(hours=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Columns an input's rows are assigned to an hour by, in order of preference.
 TIME_COLUMNS = ("event_time", HOUR)
 
@@ -73,18 +75,46 @@ def touched_hours(
 
 
 def in_hours(column: str, hours: Collection[datetime]):
-    return F.date_trunc("hour", F.col(column)).isin(*sorted(hours))
+    # Each hour as microseconds since the epoch: a datetime literal would have Spark Connect's
+    # client ask the server for the session's time zone, a round trip per hour.
+    moments = [F.timestamp_micros(F.lit(_micros(h))) for h in sorted(hours)]
+    return F.date_trunc("hour", F.col(column)).isin(*moments)
 
 
-def hour_reader(lake: Lake, pinned: Mapping[str, Snapshot], hours: Collection[datetime]) -> Reader:
+def _micros(moment: datetime) -> int:
+    return (utc(moment) - EPOCH) // timedelta(microseconds=1)
+
+
+def whole_reader(lake: Lake, pinned: Mapping[str, Snapshot]) -> Reader:
+    """Reads each input whole at its pinned snapshot; a small one (`held_read.holds`, a
+    dimension table of a few thousand rows) by pyarrow, once, as local rows that Spark joins by
+    broadcast, where its scan (and, merge-on-read, the sort of each key's versions) would cost
+    stages of their own in every plan that reads it. Each read is a DataFrame of its own, as a
+    Spark read is: two evaluations joined to each other never share a column of one input."""
+    held: dict[str, pa.Table] = {}
+
+    def read(path: str) -> DataFrame:
+        snapshot = pinned[path]
+        if not held_read.holds(snapshot):
+            return lake.read(snapshot)
+        if path not in held:
+            held[path] = held_read.current_table(lake, snapshot)
+        return held_read.rows(lake, snapshot, held[path])
+
+    return read
+
+
+def hour_reader(
+    lake: Lake, pinned: Mapping[str, Snapshot], hours: Collection[datetime], whole: Reader
+) -> Reader:
     """Reads each input's rows of `hours` (only files whose statistics overlap them); an input
-    without a time column whole."""
+    without a time column whole, with `whole`."""
 
     def read(path: str) -> DataFrame:
         snapshot = pinned[path]
         column = time_column(snapshot.schema)
         if column is None:
-            return lake.read(snapshot)
+            return whole(path)
         files = [
             f for f in snapshot.files()
             if any(f.overlaps(column, h, h + ONE_HOUR - timedelta(microseconds=1)) for h in hours)

@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog.errors import ChangesUnavailableError, ConfigError, SchemaMismatchError
-from lakelog.lake import Lake, Snapshot
+from lakelog.lake import Lake, Snapshot, driver_write
+from lakelog.lake.driver_write import is_small_write
+from lakelog.views import held_keys
 from lakelog.views.errors import MissingInputError
 from lakelog.views.evaluate import Reader, evaluate, spark_errors
 from lakelog.views.graph import ModelGraph
@@ -45,6 +48,7 @@ from lakelog.views.incremental import (
     touched_hours,
     touched_keys,
     utc,
+    whole_reader,
 )
 from lakelog.views.models import Model
 from lakelog.views.progress import load_state, state_txns
@@ -101,8 +105,7 @@ def run_model(
         pinned = _pin(lake, model, graph.inputs(name))
         versions = _versions(pinned)
 
-        def read(path: str) -> DataFrame:
-            return lake.read(pinned[path])
+        read = whole_reader(lake, pinned)
 
         def everything() -> DataFrame:
             return evaluate(spark, graph, name, read)  # analysed, not executed
@@ -223,7 +226,7 @@ def _hours(
     versions = _versions(pinned)
     if not hours:
         return _state_only(lake, model, output, pinned)
-    recomputed = evaluate(spark, graph, model.name, hour_reader(lake, pinned, hours))
+    recomputed = evaluate(spark, graph, model.name, hour_reader(lake, pinned, hours, whole_reader(lake, pinned)))
     stray = (
         f"{model.file}: partition_by='hour' but the recomputed hours produced a row of another "
         "hour; its hour column must be date_trunc('hour', event_time) of the input rows it "
@@ -232,18 +235,26 @@ def _hours(
     checked = recomputed.withColumn(  # fails the write, so nothing is committed
         HOUR, F.when(in_hours(HOUR, hours), F.col(HOUR)).otherwise(F.raise_error(F.lit(stray)))
     )
-    units = spark.createDataFrame([(h,) for h in sorted(hours)],
-                                  T.StructType([T.StructField(HOUR, T.TimestampType())]))
     candidates = hour_files(output, hours)
-    version = replace(
-        lake, output, checked, units, [HOUR], candidates,
-        txns=state_txns(model, output, pinned),
-        metadata=_metadata(model, "incremental", versions, len(hours)),
-        # About: the rows of the rewritten files (those of the hours among them), and a new
-        # row per changed input row (more for a model that explodes or joins them: the hint
-        # only chooses collecting the rows, up to 50,000, over a Spark write).
-        rows_hint=None if changed is None else sum(f.num_records for f in candidates) + changed,
-    )
+    # About: the rows of the rewritten files (those of the hours among them), and a new row per
+    # changed input row (more for a model that explodes or joins them: the hint only chooses
+    # collecting the rows, up to 50,000, over a Spark write).
+    rows_hint = None if changed is None else sum(f.num_records for f in candidates) + changed
+    txns = state_txns(model, output, pinned)
+    metadata = _metadata(model, "incremental", versions, len(hours))
+    if is_small_write(rows_hint) and held_keys.holds(output, [HOUR]):
+        table, actual = driver_write.collect(checked)
+        touched = pa.table({HOUR: pa.array(sorted(hours), pa.timestamp("us", tz="UTC"))})
+        version = held_keys.replace(
+            lake, output, touched, table, actual, [HOUR],
+            order=[HOUR, *(k for k in model.config.unique_key if k != HOUR)],
+            txns=txns, metadata=metadata,
+        )
+    else:
+        units = spark.createDataFrame([(h,) for h in sorted(hours)],
+                                      T.StructType([T.StructField(HOUR, T.TimestampType())]))
+        version = replace(lake, output, checked, units, [HOUR], candidates, txns=txns,
+                          metadata=metadata, rows_hint=rows_hint)
     return ModelRun(model.name, "incremental", f"{len(hours)} hour(s) recomputed", versions,
                     version, output.version, len(hours), tuple(sorted(hours)))
 
@@ -261,7 +272,20 @@ def _keys(
 ) -> ModelRun:
     versions = _versions(pinned)
     keys = model.config.unique_key
-    units = touched_keys(spark, graph, model.name, read, changes, keys).persist()
+    units = touched_keys(spark, graph, model.name, read, changes, keys)
+    held = held_keys.collect(units, rows, keys) if held_keys.holds(output, keys) else None
+    if held is not None:
+        touched, recomputed, actual = held
+        if not touched.num_rows:
+            return _state_only(lake, model, output, pinned)
+        version = held_keys.replace(
+            lake, output, touched, recomputed, actual, keys, order=keys,
+            txns=state_txns(model, output, pinned),
+            metadata=_metadata(model, "incremental", versions, touched.num_rows),
+        )
+        return ModelRun(model.name, "incremental", f"{touched.num_rows} key(s) recomputed",
+                        versions, version, output.version, touched.num_rows)
+    units = units.persist()
     try:
         candidates, touched = key_files(output, units, keys)
         if not touched:
