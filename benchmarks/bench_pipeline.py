@@ -240,7 +240,7 @@ def time_model_microbatches(lake: EmbeddedLake, work: SparkWork, args) -> dict[s
                 found["mode"] = run_model(lake, lake.spark, graph, name).mode
             if i >= args.warmup:
                 timed[name].append(found)
-    return {f"model.{name}": summarize(runs) for name, runs in timed.items()}
+    return {f"model.{name}": summarize(runs) for name, runs in timed.items() if runs}
 
 
 def time_consumer_microbatches(lake: EmbeddedLake, work: SparkWork, consumer, args) -> dict:

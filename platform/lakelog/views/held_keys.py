@@ -9,8 +9,9 @@ are replaced here (`replace`): its candidate files read by pyarrow, the rows of 
 dropped, the recomputed rows added, sorted by key and written by pyarrow in one commit.
 
 Keys are compared as Python values, so a null key is a key like any other (as the Spark path's
-null-safe join has it); keys of floating-point or nested types are not held (Spark normalizes
--0.0 and NaN where Python does not, and a struct is not hashable). A run that touches more than
+null-safe join has it); keys of floating-point or nested types, or strings of a collation, are
+not held (Spark normalizes -0.0 and NaN where Python does not, a struct is not hashable, and a
+collation may make "A" and "a" one key). A run that touches more than
 `HELD_KEYS` keys is not replaced here: `collect` says so, having brought back no more than that
 many keys and their rows, and the run goes the Spark way.
 """
@@ -24,7 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
+from pyspark.sql.types import (
+    ArrayType, DataType, DoubleType, FloatType, MapType, StringType, StructType,
+)
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write
 from lakelog.lake.held_merge import HELD_STORED_BYTES
@@ -37,11 +40,13 @@ HELD_ROWS = driver_write.SMALL_WRITE_ROWS // 2
 HELD_KEYS = driver_write.SMALL_WRITE_ROWS // 2
 
 _UNIT = "_lakelog_unit"
-_UNHELD = (FloatType, DoubleType, StructType, ArrayType, MapType)
 
 
 def holds(output: Snapshot, keys: Sequence[str]) -> bool:
-    """Whether a run of the model whose table is `output` (keyed by `keys`) is replaced here."""
+    """Whether a run of the model whose table is `output` (keyed by `keys`) is replaced here:
+    not when a key is named in another case than its column (Spark finds it, Arrow does not)
+    or compared otherwise by Spark than by Python (floating point, nested, a string collation
+    other than the binary one)."""
     files = output.files()
     types = {f.name: f.dataType for f in output.schema.fields}
     return (
@@ -49,9 +54,15 @@ def holds(output: Snapshot, keys: Sequence[str]) -> bool:
         and merge_keys(output.properties) is None
         and sum(f.num_records for f in files) <= HELD_ROWS
         and sum(f.size for f in files) <= HELD_STORED_BYTES
-        and not any(isinstance(types.get(k), _UNHELD) for k in keys)
+        and all(k in types and _compared_alike(types[k]) for k in keys)
         and _UNIT not in types
     )
+
+
+def _compared_alike(key_type: DataType) -> bool:
+    if isinstance(key_type, StringType):
+        return key_type.collation == "UTF8_BINARY"
+    return not isinstance(key_type, (FloatType, DoubleType, StructType, ArrayType, MapType))
 
 
 def collect(

@@ -226,7 +226,8 @@ def _hours(
     versions = _versions(pinned)
     if not hours:
         return _state_only(lake, model, output, pinned)
-    recomputed = evaluate(spark, graph, model.name, hour_reader(lake, pinned, hours, whole_reader(lake, pinned)))
+    read = hour_reader(lake, pinned, hours, whole_reader(lake, pinned))
+    recomputed = evaluate(spark, graph, model.name, read)
     stray = (
         f"{model.file}: partition_by='hour' but the recomputed hours produced a row of another "
         "hour; its hour column must be date_trunc('hour', event_time) of the input rows it "
@@ -242,7 +243,7 @@ def _hours(
     rows_hint = None if changed is None else sum(f.num_records for f in candidates) + changed
     txns = state_txns(model, output, pinned)
     metadata = _metadata(model, "incremental", versions, len(hours))
-    if is_small_write(rows_hint) and held_keys.holds(output, [HOUR]):
+    if is_small_write(rows_hint) and held_keys.holds(output, [HOUR, *model.config.unique_key]):
         table, actual = driver_write.collect(checked)
         touched = pa.table({HOUR: pa.array(sorted(hours), pa.timestamp("us", tz="UTC"))})
         version = held_keys.replace(

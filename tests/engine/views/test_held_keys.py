@@ -55,3 +55,29 @@ def test_more_keys_than_held_go_the_spark_way(lake, spark, graph, monkeypatch):
     run = run_model(lake, spark, graph, MODEL)
     assert seen[-1] is not None and (run.mode, run.touched) == ("incremental", 1)
     assertDataFrameEqual(stored(lake, MODEL), recomputed(lake, spark, graph, MODEL))
+
+
+def test_keys_of_several_columns_and_types(lake, spark, tmp_path):
+    """A key of a string, a date and a decimal, with nulls in its later columns: each distinct
+    combination is one row, replaced as a whole."""
+    (tmp_path / "per_day.sql").write_text(
+        "{{ config(materialized='incremental', unique_key=('product_id', 'day', 'price')) }}\n"
+        "SELECT product_id, CAST(event_time AS DATE) AS day,\n"
+        "       CAST(CASE WHEN product_id = 'p1' THEN 9.5 END AS DECIMAL(6, 2)) AS price,\n"
+        "       count(*) AS views\n"
+        "FROM {{ ref('log/page_views') }} GROUP BY 1, 2, 3"
+    )
+    graph = load_models(tmp_path, {"log/page_views"})
+    append(lake, spark, "page_views", [view("u1", "p1", 0), view("u2", None, 0),
+                                       view("u3", "p2", 30)])
+    run_model(lake, spark, graph, "per_day")
+    assert held_keys.holds(lake.snapshot("views/per_day"), ["product_id", "day", "price"])
+
+    append(lake, spark, "page_views", [view("u4", None, 1), view("u5", "p2", 31),
+                                       view("u6", "p1", 30)])
+    run = run_model(lake, spark, graph, "per_day")
+    assert (run.mode, run.touched) == ("incremental", 3)
+    views = sorted((r.product_id or "", r.day.isoformat(), r.views)
+                   for r in stored(lake, "per_day").collect())
+    assert [v for *_, v in views] == [2, 1, 1, 2]  # null day 0, p1 days 0-1, p2 day 1
+    assertDataFrameEqual(stored(lake, "per_day"), recomputed(lake, spark, graph, "per_day"))
