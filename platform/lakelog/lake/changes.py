@@ -168,10 +168,35 @@ def read_changes_arrow(
     if not parts:
         return pa.schema([*schema, pa.field("_change_type", pa.string()),
                           pa.field("_commit_version", pa.int64())]).empty_table()
-    rows = pa.concat_tables(parts)
-    # As `_cancelled`: an insert and a delete of the same row in one version cancel out.
+    return _cancelled_arrow(pa.concat_tables(parts), schema.names)
+
+
+def net_changes_arrow(
+    raw: pa.Table, *, before: pa.Table | None, after: pa.Table, keys: Sequence[str],
+    version: int,
+) -> pa.Table:
+    """`net_changes` held here: `raw` is the range's raw change feed (`read_changes_arrow`),
+    `before` and `after` the table's current rows before the range and at its end (in the
+    columns of `raw` but its change columns)."""
+    touched = raw.select(list(keys)).group_by(list(keys)).aggregate([])
+    names = [n for n in raw.column_names if n not in CHANGE_COLUMNS]
+
+    def labelled(rows: pa.Table, change: str) -> pa.Table:
+        rows = rows.join(touched, keys=list(keys), join_type="left semi").select(names)
+        n = rows.num_rows
+        return (rows.append_column("_change_type", pa.array([change] * n, pa.string()))
+                .append_column("_commit_version", pa.array([version] * n, pa.int64())))
+
+    parts = [labelled(after.cast(raw.select(names).schema), "insert")]
+    if before is not None:
+        parts.append(labelled(before.cast(raw.select(names).schema), "delete"))
+    return _cancelled_arrow(pa.concat_tables(parts), names)
+
+
+def _cancelled_arrow(rows: pa.Table, names: Sequence[str]) -> pa.Table:
+    """As `_cancelled`: an insert and a delete of the same row in one version cancel out."""
     values = [json.dumps(r, sort_keys=True, default=str)
-              for r in rows.select(schema.names).to_pylist()]
+              for r in rows.select(list(names)).to_pylist()]
     kinds, versions = rows["_change_type"].to_pylist(), rows["_commit_version"].to_pylist()
     total = Counter(zip(versions, values, kinds))
     seen: Counter = Counter()

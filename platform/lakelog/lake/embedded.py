@@ -31,9 +31,10 @@ from pyspark.sql.types import StructType
 from lakelog.errors import SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
 from lakelog.lake.changes import (
-    commit_timestamp, net_changes, read_changes, read_changes_arrow, require_files,
+    commit_timestamp, net_changes, net_changes_arrow, read_changes, read_changes_arrow,
+    require_files,
 )
-from lakelog.lake import data_files, delta_commit, driver_write, forgetting
+from lakelog.lake import data_files, delta_commit, driver_write, forgetting, held_read
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
@@ -331,12 +332,26 @@ class EmbeddedLake:
     def changes_arrow(self, path: str, start_version: int, end_version: int) -> pa.Table | None:
         latest = self.snapshot(path, end_version)
         before = self.snapshot(path, start_version - 1) if start_version > 0 else None
-        if latest.partition_columns or merge_keys(latest.properties) or (
-                before is not None and merge_keys(before.properties)):
+        if latest.partition_columns:
             return None
-        return read_changes_arrow(
+        merge = merge_keys(latest.properties) or (before and merge_keys(before.properties))
+        # A merge-on-read table's net change, when both ends are small tables of one schema:
+        # its current rows at each end read here (`held_read`), as `changes` reads them.
+        if merge and not (held_read.holds(latest) and (before is None or (
+                held_read.holds(before) and before.schema == latest.schema))):
+            return None
+        raw = read_changes_arrow(
             self._fs, self._fs_path(path), latest.arrow_schema,
             start_version, end_version, max_bytes=CHANGES_HERE_BYTES)
+        if not merge or raw is None:
+            return raw
+        if before is not None:
+            require_files(self._fs, self._fs_path(path), path, before.version,
+                          [f.path for f in before.files()],
+                          f"the change feed from version {start_version}")
+        return net_changes_arrow(
+            raw, before=None if before is None else held_read.current_table(self, before),
+            after=held_read.current_table(self, latest), keys=merge.keys, version=end_version)
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
         latest = self.snapshot(path)
