@@ -38,7 +38,7 @@ from pyspark.sql import types as T
 from lakelog.cdc.changelog import SOURCE, changelog_topic
 from lakelog.consumers import Output, Role
 from lakelog.errors import ChangesUnavailableError, ConfigError, LakelogError
-from lakelog.lake import AppTxn, Lake, Snapshot
+from lakelog.lake import AppTxn, Lake, Snapshot, held_read
 from lakelog.log.offsets import append
 from lakelog.log.topics import Topic
 
@@ -108,22 +108,31 @@ def publish_changes(lake: Lake, stream: ChangeStream, *, now: datetime) -> Publi
         return PublishedChanges(0)
     table = lake.snapshot(stream.path)
 
+    published = published_through(lake, stream)
+    if published is not None and published >= table.version:
+        return PublishedChanges(0)
+    # The change feed since the publication found now, read here when its files are few (then
+    # its rows are counted, and so few events are appended by pyarrow, not a Spark write).
+    feed = None if published is None else _feed(lake, stream, table, published + 1, here=True)
+    if published is None:  # the first publication: at most a row per stored row (version)
+        rows_hint = sum(f.num_records for f in table.files())
+    else:  # at most an event per changed row
+        rows_hint = feed[1]
+
     def prepare(log: Snapshot) -> tuple[DataFrame, dict[str, Any]]:
         done = log.txn_version(stream.app_id)
         _check_same_table(lake, stream, table)
         if done is None:
             rows, first = _snapshot_events(lake, stream, table, now=now), table.version
-        else:
-            rows, first = _change_events(lake, stream, done + 1, table.version), done + 1
+        else:  # another relay may have published since `feed` was read
+            changes = feed if done == published else _feed(lake, stream, table, done + 1)
+            rows, first = _change_events(stream, changes[0]), done + 1
         return _envelopes(rows, stream, now=now), {METADATA_KEY: {
             "table": stream.path, "table_id": table.table_id, "first_version": first,
             "last_version": table.version, "snapshot": done is None}}
 
-    published = published_through(lake, stream)
-    if published is not None and published >= table.version:
-        return PublishedChanges(0)
     done = append(lake, stream.topic, prepare, order_by=ORDER_BY,
-                  txns=[AppTxn(stream.app_id, table.version)])
+                  txns=[AppTxn(stream.app_id, table.version)], rows_hint=rows_hint)
     if done is None:  # another relay published through this version first
         return PublishedChanges(0)
     result, metadata = done
@@ -167,15 +176,29 @@ def _snapshot_events(lake: Lake, stream: ChangeStream, table: Snapshot, *, now: 
     )
 
 
-def _change_events(lake: Lake, stream: ChangeStream, first: int, last: int) -> DataFrame:
-    """Per table version and key, the row before and after it: create, update or delete."""
+def _feed(
+    lake: Lake, stream: ChangeStream, table: Snapshot, first: int, *, here: bool = False
+) -> tuple[DataFrame, int | None]:
+    """The table's change feed from version `first` through `table`'s, and its row count when
+    it was read here (`here`, and `Lake.changes_arrow` could)."""
     try:
-        feed = _own(lake.changes(stream.path, first, last), stream)
+        held = lake.changes_arrow(stream.path, first, table.version) if here else None
+        if held is None:
+            return lake.changes(stream.path, first, table.version), None
     except ChangesUnavailableError as exc:
         raise ChangeStreamError(
             f"the change stream {stream.topic.name} is at version {first - 1} of {stream.path}, "
             f"but the table's changes since can no longer be read ({exc}); keep the table's "
             "vacuum retention longer than the time between publications") from exc
+    schema = T.StructType([*table.schema.fields, T.StructField("_change_type", T.StringType()),
+                           T.StructField("_commit_version", T.LongType()),
+                           T.StructField("_commit_timestamp", T.TimestampType())])
+    return held_read.frame(lake.spark, held, schema), held.num_rows
+
+
+def _change_events(stream: ChangeStream, changes: DataFrame) -> DataFrame:
+    """Per table version and key, the row before and after it: create, update or delete."""
+    feed = _own(changes, stream)
     keys = list(stream.table.keys)
 
     def side(change: str, value: Column) -> Column:

@@ -151,7 +151,8 @@ def read_changes_arrow(
     end_version: int, *, max_bytes: int,
 ) -> pa.Table | None:
     """`read_changes` of an unpartitioned table without Spark, as Arrow (`_change_type`,
-    `_commit_version`): None when the range's files hold more than `max_bytes`."""
+    `_commit_version`, `_commit_timestamp`): None when the range's files hold more than
+    `max_bytes`."""
     changes = _file_changes(fs, table_fs_path, start_version, end_version)
     if sum(c.size for c in changes) > max_bytes:
         return None
@@ -162,34 +163,42 @@ def read_changes_arrow(
                                  schema=schema, partitioning=None)
         except FileNotFoundError as exc:
             raise vacuumed(f"the change feed of version {change.version}", change.path) from exc
-        n = rows.num_rows
-        parts.append(rows.append_column("_change_type", pa.array([change.change] * n, pa.string()))
-                     .append_column("_commit_version", pa.array([change.version] * n, pa.int64())))
+        parts.append(_labelled(rows, change.change, change.version, change.timestamp))
     if not parts:
-        return pa.schema([*schema, pa.field("_change_type", pa.string()),
-                          pa.field("_commit_version", pa.int64())]).empty_table()
+        return _labelled(schema.empty_table(), "insert", 0, datetime.now(timezone.utc))
     return _cancelled_arrow(pa.concat_tables(parts), schema.names)
+
+
+#: The Arrow type of `_commit_timestamp`.
+_STAMP = pa.timestamp("us", tz="UTC")
+
+
+def _labelled(rows: pa.Table, change: str, version: int, timestamp: datetime) -> pa.Table:
+    """`rows` with the change columns: all of them `change` of `version`, made at `timestamp`."""
+    n = rows.num_rows
+    return (rows.append_column("_change_type", pa.array([change] * n, pa.string()))
+            .append_column("_commit_version", pa.array([version] * n, pa.int64()))
+            .append_column("_commit_timestamp", pa.array([timestamp] * n, _STAMP)))
 
 
 def net_changes_arrow(
     raw: pa.Table, *, before: pa.Table | None, after: pa.Table, keys: Sequence[str],
-    version: int,
+    version: int, timestamp: datetime,
 ) -> pa.Table:
     """`net_changes` held here: `raw` is the range's raw change feed (`read_changes_arrow`),
     `before` and `after` the table's current rows before the range and at its end (in the
     columns of `raw` but its change columns)."""
     touched = raw.select(list(keys)).group_by(list(keys)).aggregate([])
     names = [n for n in raw.column_names if n not in CHANGE_COLUMNS]
+    schema = raw.select(names).schema
 
     def labelled(rows: pa.Table, change: str) -> pa.Table:
-        rows = rows.join(touched, keys=list(keys), join_type="left semi").select(names)
-        n = rows.num_rows
-        return (rows.append_column("_change_type", pa.array([change] * n, pa.string()))
-                .append_column("_commit_version", pa.array([version] * n, pa.int64())))
+        rows = rows.cast(schema).join(touched, keys=list(keys), join_type="left semi")
+        return _labelled(rows.select(names), change, version, timestamp)
 
-    parts = [labelled(after.cast(raw.select(names).schema), "insert")]
+    parts = [labelled(after, "insert")]
     if before is not None:
-        parts.append(labelled(before.cast(raw.select(names).schema), "delete"))
+        parts.append(labelled(before, "delete"))
     return _cancelled_arrow(pa.concat_tables(parts), names)
 
 

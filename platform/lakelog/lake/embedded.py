@@ -351,7 +351,8 @@ class EmbeddedLake:
                           f"the change feed from version {start_version}")
         return net_changes_arrow(
             raw, before=None if before is None else held_read.current_table(self, before),
-            after=held_read.current_table(self, latest), keys=merge.keys, version=end_version)
+            after=held_read.current_table(self, latest), keys=merge.keys, version=end_version,
+            timestamp=commit_timestamp(self._fs, self._fs_path(path), end_version))
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
         latest = self.snapshot(path)

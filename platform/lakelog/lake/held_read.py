@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
 
@@ -72,9 +72,13 @@ def current_table(lake: Lake, snapshot: Snapshot) -> pa.Table:
 def rows(lake: Lake, snapshot: Snapshot, table: pa.Table | None = None) -> DataFrame:
     """`current_table` as a DataFrame in the table's schema (`table`: the rows it gave, when
     the caller holds them already)."""
-    schema = snapshot.schema
     table = current_table(lake, snapshot) if table is None else table
+    return frame(lake.spark, table, snapshot.schema)
+
+
+def frame(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
+    """Arrow rows as a DataFrame (a local relation) of `schema`'s columns and types."""
     if not table.num_rows:
-        return lake.spark.createDataFrame([], schema)
-    df = lake.spark.createDataFrame(table.select(schema.fieldNames()))
+        return spark.createDataFrame([], schema)
+    df = spark.createDataFrame(table.select(schema.fieldNames()))
     return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
