@@ -39,6 +39,7 @@ from lakelog.cdc.changelog import SOURCE, changelog_topic
 from lakelog.consumers import Output, Role
 from lakelog.errors import ChangesUnavailableError, ConfigError, LakelogError
 from lakelog.lake import AppTxn, Lake, Snapshot, held_read
+from lakelog.lake.driver_write import is_small_write
 from lakelog.log.offsets import append
 from lakelog.log.topics import Topic
 
@@ -180,10 +181,11 @@ def _feed(
     lake: Lake, stream: ChangeStream, table: Snapshot, first: int, *, here: bool = False
 ) -> tuple[DataFrame, int | None]:
     """The table's change feed from version `first` through `table`'s, and its row count when
-    it was read here (`here`, and `Lake.changes_arrow` could)."""
+    it was read here (`here`, `Lake.changes_arrow` could, and the rows are few enough to hand
+    to Spark as local rows: a larger feed is Spark's to read)."""
     try:
         held = lake.changes_arrow(stream.path, first, table.version) if here else None
-        if held is None:
+        if held is None or not is_small_write(held.num_rows):
             return lake.changes(stream.path, first, table.version), None
     except ChangesUnavailableError as exc:
         raise ChangeStreamError(
