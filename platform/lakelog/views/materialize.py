@@ -143,7 +143,7 @@ def run_model(
                              "an input without a time column changed, so every hour may have")
             asked = {utc(h) for h in hours}
             return _hours(lake, spark, graph, model, output, pinned, frozenset(found) | asked,
-                          changed=None if asked - set(found) else sum(found.values()))
+                          whole=read, changed=None if asked - set(found) else sum(found.values()))
         return _keys(lake, spark, graph, model, output, read, pinned, everything(), changes)
 
 
@@ -219,15 +219,15 @@ def _hours(
     pinned: Mapping[str, Snapshot],
     hours: frozenset[datetime],
     *,
+    whole: Reader,
     changed: int | None,
 ) -> ModelRun:
     """Recompute `hours`, whose inputs' changed rows number `changed` (None: not known, as for
-    an hour a backfill asks for)."""
+    an hour a backfill asks for); an input without a time column is read whole by `whole`."""
     versions = _versions(pinned)
     if not hours:
         return _state_only(lake, model, output, pinned)
-    read = hour_reader(lake, pinned, hours, whole_reader(lake, pinned))
-    recomputed = evaluate(spark, graph, model.name, read)
+    recomputed = evaluate(spark, graph, model.name, hour_reader(lake, pinned, hours, whole))
     stray = (
         f"{model.file}: partition_by='hour' but the recomputed hours produced a row of another "
         "hour; its hour column must be date_trunc('hour', event_time) of the input rows it "
