@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 from lakelog.errors import SchemaMismatchError
 from lakelog.lake import pages
 from lakelog.lake.schema import describe_mismatch, widened
+from lakelog.spark.session import over_connect
 
 if TYPE_CHECKING:
     from lakelog.lake import Snapshot
@@ -54,7 +55,7 @@ def collect(df: DataFrame) -> tuple[pa.Table, StructType]:
     the server (a microbatch's plan costs about as much to analyse again as to run). In a
     session of this process's own the schema is a local call on the analysed plan.
     """
-    if type(df).__module__.startswith("pyspark.sql.connect"):
+    if over_connect(df):
         table, schema = df._to_table()
         return table, schema if schema is not None else df.schema  # a server that sent none
     return df.toArrow(), df.schema

@@ -100,6 +100,12 @@ def create_session(
 _CONFIGURED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
 
+def over_connect(spark_object: object) -> bool:
+    """Whether a session or DataFrame is Spark Connect's (a client of a server) rather than a
+    session of this process's own JVM."""
+    return type(spark_object).__module__.startswith("pyspark.sql.connect")
+
+
 def has_required_conf(spark: SparkSession) -> bool:
     """Whether `spark` was built here (`create_session`), so that `REQUIRED_CONF` is set on it
     (setting a conf again is a round trip over Spark Connect)."""

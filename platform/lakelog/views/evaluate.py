@@ -21,6 +21,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from lakelog.errors import LakelogError
+from lakelog.spark.session import over_connect
 from lakelog.views.errors import ModelRunError
 from lakelog.views.graph import ModelGraph
 from lakelog.views.models import Model, ref_path
@@ -67,7 +68,7 @@ def evaluate(spark: SparkSession, graph: ModelGraph, name: str, read: Reader) ->
 
 def _query(spark: SparkSession, sql: str, frames: dict[str, DataFrame]) -> DataFrame:
     """``spark.sql(sql, **frames)``; over Spark Connect a relation, not a command."""
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+    if not over_connect(spark):
         return spark.sql(sql, **frames)
     from pyspark.sql.connect.dataframe import DataFrame as ConnectFrame
     from pyspark.sql.connect.plan import SQL, SubqueryAlias
