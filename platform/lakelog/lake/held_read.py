@@ -14,9 +14,9 @@ them; resolved across all the files, where Spark's read resolves only files whos
 overlap (a file on its own holds one version per key, as lakelog writes them): the same rows.
 
 Only an unpartitioned table qualifies (files read by pyarrow carry no partition values), and a
-merge-on-read table only when its keys and `newer_by` are neither floating point (Spark groups
--0.0 with 0.0 and orders NaN above every number; Arrow compares them as they are) nor nested
-(Arrow does not group by a struct, list or map).
+merge-on-read table only when its keys and `newer_by` are compared alike by Arrow and Spark
+(`compared_alike`: neither floating point, which Spark normalizes, nor nested, which Arrow does
+not group by, nor strings of a collation).
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
+from pyspark.sql.types import (
+    ArrayType, DataType, DoubleType, FloatType, MapType, StringType, StructType,
+)
 
 from lakelog.lake.base import Lake, Snapshot, is_small
 from lakelog.lake.merge_on_read import FILE, file_name, merge_keys
@@ -41,8 +43,16 @@ def holds(snapshot: Snapshot) -> bool:
     if merge is None:
         return True
     types = {f.name: f.dataType for f in snapshot.schema.fields}
-    unheld = (FloatType, DoubleType, StructType, ArrayType, MapType)
-    return not any(isinstance(types.get(c), unheld) for c in (*merge.keys, merge.newer_by))
+    return all(compared_alike(types.get(c)) for c in (*merge.keys, merge.newer_by))
+
+
+def compared_alike(data_type: DataType | None) -> bool:
+    """Whether Arrow (and Python) group and compare values of `data_type` as Spark does: not
+    floating point (Spark normalizes -0.0 and NaN), nested types (Arrow does not group by them,
+    Python does not hash them) or strings of a collation (which may make "A" and "a" equal)."""
+    if isinstance(data_type, StringType):
+        return data_type.collation == "UTF8_BINARY"
+    return not isinstance(data_type, (FloatType, DoubleType, StructType, ArrayType, MapType))
 
 
 def current_table(lake: Lake, snapshot: Snapshot) -> pa.Table:

@@ -25,11 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType, DataType, DoubleType, FloatType, MapType, StringType, StructType,
-)
+from pyspark.sql.types import StructType
 
-from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write, held_read
 from lakelog.lake.held_merge import HELD_STORED_BYTES
 from lakelog.lake.merge_on_read import merge_keys
 from lakelog.views.incremental import matching
@@ -54,15 +52,9 @@ def holds(output: Snapshot, keys: Sequence[str]) -> bool:
         and merge_keys(output.properties) is None
         and sum(f.num_records for f in files) <= HELD_ROWS
         and sum(f.size for f in files) <= HELD_STORED_BYTES
-        and all(k in types and _compared_alike(types[k]) for k in keys)
+        and all(k in types and held_read.compared_alike(types[k]) for k in keys)
         and _UNIT not in types
     )
-
-
-def _compared_alike(key_type: DataType) -> bool:
-    if isinstance(key_type, StringType):
-        return key_type.collation == "UTF8_BINARY"
-    return not isinstance(key_type, (FloatType, DoubleType, StructType, ArrayType, MapType))
 
 
 def collect(
