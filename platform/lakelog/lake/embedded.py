@@ -29,18 +29,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakelog.errors import SchemaMismatchError, TableNotFoundError
-from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode, is_small, overlapping
-from lakelog.lake.changes import (
-    commit_timestamp, net_changes, net_changes_arrow, read_changes, read_changes_arrow,
-    require_files,
-)
-from lakelog.lake import data_files, delta_commit, driver_write, forgetting, held_read
+from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
+from lakelog.lake import change_feed, data_files, delta_commit, driver_write, forgetting
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
-
-#: The most bytes of Parquet a change feed is read from here (`changes_arrow`), not by Spark.
-CHANGES_HERE_BYTES = 32 << 20
 
 TABLE_DEFAULTS = {
     # lakelog writes footer stats for every top-level column; without this, readers keep only
@@ -70,10 +63,10 @@ class EmbeddedLake:
         self._files: dict[str, tuple[int, list[DataFile]]] = {}  # latest listed version per table
         if "://" in root:
             self.root = root.rstrip("/")
-            self._fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
+            self.fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
         else:
             self.root = os.path.abspath(root)
-            self._fs, self._fs_root = pafs.LocalFileSystem(), self.root
+            self.fs, self._fs_root = pafs.LocalFileSystem(), self.root
         self._storage_options = dict(storage_options or {})
 
     @property
@@ -93,7 +86,7 @@ class EmbeddedLake:
     def uri(self, path: str) -> str:
         return f"{self.root}/{path}"
 
-    def _fs_path(self, path: str) -> str:
+    def fs_path(self, path: str) -> str:
         return f"{self._fs_root}/{path}"
 
     def spark_path(self, path: str) -> str:
@@ -225,9 +218,9 @@ class EmbeddedLake:
         names = list(columns or schema.names)
         if not files:
             return pa.schema([schema.field(c) for c in names]).empty_table()
-        base = self._fs_path(snapshot.path)
+        base = self.fs_path(snapshot.path)
         data = pads.dataset([f"{base}/{f.path}" for f in files], format="parquet",
-                            filesystem=self._fs, schema=schema)
+                            filesystem=self.fs, schema=schema)
         return data.to_table(columns=names, filter=where)
 
     def write_table(
@@ -275,7 +268,7 @@ class EmbeddedLake:
             return self.write(snapshot, self.spark.createDataFrame(table), remove=removed,
                               txns=txns, metadata=metadata,
                               max_records_per_file=max_records_per_file)
-        adds = data_files.write_arrow(self._fs, self._fs_path(snapshot.path), snapshot, groups,
+        adds = data_files.write_arrow(self.fs, self.fs_path(snapshot.path), snapshot, groups,
                                       max_records_per_file)
         if callable(metadata):
             metadata = metadata(table.num_rows)
@@ -295,22 +288,22 @@ class EmbeddedLake:
 
     def list_files(self, path: str) -> list[tuple[str, int]]:
         """Files below `path` (relative paths and sizes), skipping hidden and temporary ones."""
-        return data_files.listed(self._fs, self._fs_path(path))
+        return data_files.listed(self.fs, self.fs_path(path))
 
     def tables(self) -> list[str]:
         """Every Delta table under the root: the folders holding a ``_delta_log``."""
-        return data_files.tables_below(self._fs, self._fs_root.rstrip("/"))
+        return data_files.tables_below(self.fs, self._fs_root.rstrip("/"))
 
     def read_bytes(self, path: str) -> bytes:
-        with self._fs.open_input_stream(self._fs_path(path)) as stream:
+        with self.fs.open_input_stream(self.fs_path(path)) as stream:
             return stream.read()
 
     def replace_file(self, path: str, data: bytes) -> None:
         folder, name = path.rsplit("/", 1)
-        temp = self._fs_path(f"{folder}/.{name}.{uuid.uuid4().hex}.tmp")
-        with self._fs.open_output_stream(temp) as stream:
+        temp = self.fs_path(f"{folder}/.{name}.{uuid.uuid4().hex}.tmp")
+        with self.fs.open_output_stream(temp) as stream:
             stream.write(data)
-        self._fs.move(temp, self._fs_path(path))
+        self.fs.move(temp, self.fs_path(path))
 
     def _write_files(
         self,
@@ -320,79 +313,20 @@ class EmbeddedLake:
         rows_hint: int | None = None,
     ) -> list[AddAction]:
         return data_files.write(
-            self._fs, self._fs_path(snapshot.path), self.spark_path(snapshot.path), snapshot, df,
+            self.fs, self.fs_path(snapshot.path), self.spark_path(snapshot.path), snapshot, df,
             max_records_per_file=max_records_per_file, rows_hint=rows_hint)
 
     def _delete_files(self, path: str, relative_paths: Sequence[str]) -> None:
-        data_files.delete(self._fs, self._fs_path(path), relative_paths)
+        data_files.delete(self.fs, self.fs_path(path), relative_paths)
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:
         return self._delta(path).history(limit)
 
     def changes_arrow(self, path: str, start_version: int, end_version: int) -> pa.Table | None:
-        latest = self.snapshot(path, end_version)
-        before = self.snapshot(path, start_version - 1) if start_version > 0 else None
-        if latest.partition_columns:
-            return None
-        merge = merge_keys(latest.properties) or (before and merge_keys(before.properties))
-        # A merge-on-read table's net change, when both ends are small tables of one schema:
-        # its current rows at each end read here (`held_read`), as `changes` reads them.
-        if merge and not (held_read.holds(latest) and (before is None or (
-                held_read.holds(before) and before.schema == latest.schema))):
-            return None
-        raw = read_changes_arrow(
-            self._fs, self._fs_path(path), latest.arrow_schema,
-            start_version, end_version, max_bytes=CHANGES_HERE_BYTES)
-        if not merge or raw is None:
-            return raw
-        if before is not None:
-            require_files(self._fs, self._fs_path(path), path, before.version,
-                          [f.path for f in before.files()],
-                          f"the change feed from version {start_version}")
-        return net_changes_arrow(
-            raw, before=None if before is None else held_read.current_table(self, before),
-            after=held_read.current_table(self, latest), keys=merge.keys, version=end_version,
-            timestamp=commit_timestamp(self._fs, self._fs_path(path), end_version))
+        return change_feed.held(self, path, start_version, end_version)
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
-        latest = self.snapshot(path)
-        end = latest.version if end_version is None else end_version
-        rows = read_changes(
-            self.spark,
-            fs=self._fs,
-            table_fs_path=self._fs_path(path),
-            table_spark_path=self.spark_path(path),
-            schema=latest.schema,
-            start_version=start_version,
-            end_version=end,
-        )
-        before = self.snapshot(path, start_version - 1) if start_version > 0 else None
-        after = latest if end == latest.version else self.snapshot(path, end)
-        # Merge-on-read at either end (a layout switch inside the range included).
-        merge = merge_keys(after.properties) or (before and merge_keys(before.properties))
-        if not merge:
-            return rows
-        # Only files that can hold a touched key are read: those overlapping their range (a
-        # small table's all, which costs less than a pass to find the range).
-        touched = rows.select(*merge.keys).distinct()
-        first = merge.keys[0]
-        small = is_small(after.files()) and (before is None or is_small(before.files()))
-        lo, hi = (None, None) if small else touched.agg(F.min(first), F.max(first)).first()
-
-        def holding(snapshot: DeltaSnapshot) -> list[DataFile]:
-            return snapshot.files() if small else overlapping(snapshot.files(), first, lo, hi)
-
-        if before is not None:
-            require_files(self._fs, self._fs_path(path), path, before.version,
-                          [f.path for f in holding(before)],
-                          f"the change feed from version {start_version}")
-        return net_changes(
-            before=None if before is None else self.read(before, files=holding(before),
-                                                         keys=touched),
-            after=self.read(after, files=holding(after), keys=touched),
-            version=end,
-            timestamp=commit_timestamp(self._fs, self._fs_path(path), end),
-        )
+        return change_feed.spark(self, path, start_version, end_version)
 
     def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
         self._delta(path).alter.set_table_properties(dict(properties), raise_if_not_exists=False)
@@ -400,13 +334,13 @@ class EmbeddedLake:
 
     def purge_removed(self, path: str, through: int) -> list[str]:
         kept = {f.path for f in self.snapshot(path).files()}
-        present = forgetting.removed_files(self._fs, self._fs_path(path), kept, through)
+        present = forgetting.removed_files(self.fs, self.fs_path(path), kept, through)
         self._delete_files(path, [unquote(p) for p in present])
         return present
 
     def forget_history(self, path: str, before: int) -> int:
         self._delta(path, before).create_checkpoint()  # it stands in for the log before it
-        return forgetting.forget_log(self._fs, self._fs_path(f"{path}/_delta_log"), before)
+        return forgetting.forget_log(self.fs, self.fs_path(f"{path}/_delta_log"), before)
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
         return self._delta(path).vacuum(
