@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, FloatType, StructType
+from pyspark.sql.types import StructType
 
-from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write, held_read
 from lakelog.lake.merge_on_read import merge_keys
 
 #: The most stored rows (those of the candidate files) merged here: one clustered file's worth,
@@ -49,9 +49,11 @@ def holds(
 ) -> bool:
     """Whether an upsert of about `rows` incoming rows into `candidates` is merged here.
 
-    Not when a key or `newer_by` is a floating-point column (Spark normalizes -0.0 and NaN in
-    joins and orders NaN above every number; Arrow compares them as they are), nor when
-    `newer_by` is a key or a column's name is one of the merge's own.
+    Only when every key and `newer_by` is a column named exactly (Spark resolves names
+    regardless of case, Arrow does not) whose values Arrow compares as Spark does
+    (`held_read.compared_alike`: not floating point, where Spark normalizes -0.0 and NaN and
+    orders NaN above every number, nor nested or collated), and not when `newer_by` is a key
+    or a column's name is one of the merge's own.
     """
     types = {f.name: f.dataType for f in snapshot.schema.fields}
     compared = [*keys, *([newer_by] if newer_by else [])]
@@ -61,7 +63,7 @@ def holds(
         and sum(f.size for f in candidates) <= HELD_STORED_BYTES
         and not snapshot.partition_columns
         and merge_keys(snapshot.properties) is None
-        and not any(isinstance(types.get(c), (FloatType, DoubleType)) for c in compared)
+        and all(c in types and held_read.compared_alike(types[c]) for c in compared)
         and newer_by not in keys
         and not any(name.startswith(_PREFIX) for name in types)
     )

@@ -84,3 +84,13 @@ def test_which_tables_are_read_here(spark, lake, monkeypatch):
     lake.create_table("nested", nested, properties=MergeKeys(("k",), "pos").properties())
     assert not held_read.holds(lake.snapshot("nested"))  # Arrow groups by no struct
     assert isinstance(held_read.current_table(lake, lake.snapshot("small")), pa.Table)
+
+
+def test_which_key_types_arrow_compares_as_spark_does():
+    for alike in (T.LongType(), T.StringType(), T.DateType(), T.TimestampType(),
+                  T.DecimalType(18, 2), T.BooleanType(), T.BinaryType()):
+        assert held_read.compared_alike(alike), alike
+    for unlike in (T.DoubleType(), T.FloatType(), T.StringType("UTF8_LCASE"),
+                   T.ArrayType(T.LongType()), T.MapType(T.StringType(), T.LongType()),
+                   T.StructType([T.StructField("a", T.LongType())])):
+        assert not held_read.compared_alike(unlike), unlike

@@ -186,6 +186,12 @@ def test_the_held_merge_takes_small_upserts_of_comparable_keys(lake):
     assert not held_merge.holds(lake.snapshot("f"), [], 1000, keys=("x",), newer_by=None)
     lake.create_table("p", RICH, partition_by=["user"])
     assert not held_merge.holds(lake.snapshot("p"), [], 1000, keys=KEYS, newer_by=None)
+    # Spark resolves "USER" as "user", Arrow would not find it; Arrow cannot join on a struct
+    # nor order by an array as Spark does.
+    assert not held_merge.holds(snapshot, [], 1000, keys=("USER", "start"), newer_by=None)
+    assert not held_merge.holds(snapshot, [], 1000, keys=("user", "start"), newer_by="VERSION")
+    assert not held_merge.holds(snapshot, [], 1000, keys=("place",), newer_by=None)
+    assert not held_merge.holds(snapshot, [], 1000, keys=KEYS, newer_by="tags")
 
 
 def test_a_held_merge_of_the_wrong_schema_is_refused_and_writes_nothing(spark, lake, merges):
