@@ -20,15 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
+from collections import Counter
 from functools import reduce
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, held_read
 from lakelog.lake.changes import CHANGE_COLUMNS
+from lakelog.spark.session import has_required_conf
 from lakelog.views.evaluate import Reader, evaluate
 from lakelog.views.graph import ModelGraph
 from lakelog.views.models import HOUR
@@ -55,23 +58,53 @@ def changed_rows(lake: Lake, path: str, since: int, until: int) -> DataFrame:
 
 
 def touched_hours(
-    changes: Mapping[str, DataFrame], schemas: Mapping[str, StructType]
+    lake: Lake, spark: SparkSession, ranges: Mapping[str, tuple[int, int]],
+    schemas: Mapping[str, StructType],
 ) -> dict[datetime, int] | None:
-    """The hours of the changed rows, with how many changed rows each has; None when an input
-    without a time column changed. `schemas`: each input's columns (its pinned snapshot's, so
-    that no schema is asked of Spark)."""
+    """The hours of the rows each input inserted or deleted in versions ``since+1..until``
+    (`ranges`: path to ``(since, until)``), with how many changed rows each has; None when an
+    input without a time column changed. `schemas`: each input's columns (its pinned
+    snapshot's, so that no schema is asked of Spark).
+
+    A feed of few files (a microbatch's, `Lake.changes_arrow`) is read here, when the session
+    truncates to hours in UTC as Arrow does here (a session lakelog built); the others make one
+    Spark job between them."""
+    found: Counter[datetime] = Counter()
     hours = []
-    for path, rows in changes.items():
+    here = has_required_conf(spark)  # spark.sql.session.timeZone is UTC
+    for path, (since, until) in ranges.items():
         column = time_column(schemas[path])
+        held = lake.changes_arrow(path, since + 1, until) if here else None
+        if held is not None and (column is None or pa.types.is_timestamp(held.schema.field(
+                column).type)):
+            if column is None:
+                if held.num_rows:
+                    return None
+                continue
+            found.update(_arrow_hours(held.column(column)))
+            continue
+        rows = changed_rows(lake, path, since, until)
         if column is None:
             if not rows.isEmpty():
                 return None
             continue
         hours.append(rows.select(F.date_trunc("hour", F.col(column)).alias(HOUR)))
-    if not hours:
-        return {}
-    found = reduce(DataFrame.unionByName, hours).where(F.col(HOUR).isNotNull()).groupBy(HOUR)
-    return {utc(r[HOUR]): r["count"] for r in found.count().collect()}
+    if hours:
+        spread = reduce(DataFrame.unionByName, hours).where(F.col(HOUR).isNotNull()).groupBy(HOUR)
+        found.update({utc(r[HOUR]): r["count"] for r in spread.count().collect()})
+    return dict(found)
+
+
+def _arrow_hours(moments: pa.ChunkedArray) -> dict[datetime, int]:
+    """How many of `moments` (Arrow timestamps) fall in each hour, as Spark's ``date_trunc`` in
+    a UTC session puts them (a timestamp without time zone is a wall-clock time, as UTC's)."""
+    counts = pc.value_counts(pc.floor_temporal(moments.drop_null(), unit="hour"))
+    return {
+        (hour if hour.tzinfo else hour.replace(tzinfo=timezone.utc)).astimezone(timezone.utc):
+        count
+        for hour, count in zip(counts.field("values").to_pylist(),
+                               counts.field("counts").to_pylist())
+    }
 
 
 def in_hours(column: str, hours: Collection[datetime]):
