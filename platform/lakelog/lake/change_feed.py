@@ -19,8 +19,8 @@ from pyspark.sql import functions as F
 from lakelog.lake import held_read
 from lakelog.lake.base import DataFile, is_small, overlapping
 from lakelog.lake.changes import (
-    commit_timestamp, net_changes, net_changes_arrow, read_changes, read_changes_arrow,
-    require_files,
+    commit_timestamp, net_changes, net_changes_arrow, partition_types_held, read_changes,
+    read_changes_arrow, require_files,
 )
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import MergeKeys, merge_keys
@@ -64,12 +64,13 @@ def _range(lake: EmbeddedLake, path: str, start: int, end: int | None) -> _Range
 
 
 def held(lake: EmbeddedLake, path: str, start: int, end: int) -> pa.Table | None:
-    """The feed from `start` through `end` read here, when its files hold at most `HELD_BYTES`
-    of an unpartitioned table (and, merge-on-read, both ends are small tables of one schema:
-    `held_read.holds`); None otherwise (ask `spark`). The same columns."""
+    """The feed from `start` through `end` read here, when its files hold at most `HELD_BYTES`,
+    the table's partition columns (if any) are of types whose values parse here as in Spark
+    (`changes.partition_types_held`), and, merge-on-read, both ends are small tables of one
+    schema (`held_read.holds`); None otherwise (ask `spark`). The same columns."""
     ends = _range(lake, path, start, end)
     before, after = ends.before, ends.after
-    if after.partition_columns:
+    if not partition_types_held(after.arrow_schema, after.partition_columns):
         return None
     if ends.merge and not (held_read.holds(after) and (before is None or (
             held_read.holds(before) and before.schema == after.schema))):

@@ -34,6 +34,8 @@ class _FileChange:
     timestamp: datetime
     change: str  # "insert" | "delete"
     size: int = 0
+    #: The file's partition values, as the log writes them (text; None for null).
+    partition_values: tuple[tuple[str, str | None], ...] = ()
 
 
 def log_actions(fs: pafs.FileSystem, table_fs_path: str, version: int) -> Iterator[dict]:
@@ -93,12 +95,12 @@ def _file_changes(
         actions = list(log_actions(fs, table_fs_path, version))
         stamp = _timestamp(actions)
         for action in actions:
-            if "add" in action and action["add"].get("dataChange", True):
-                changes.append(_FileChange(action["add"]["path"], version, stamp, "insert",
-                                           action["add"].get("size", 0)))
-            elif "remove" in action and action["remove"].get("dataChange", True):
-                changes.append(_FileChange(action["remove"]["path"], version, stamp, "delete",
-                                           action["remove"].get("size", 0)))
+            for kind, change in (("add", "insert"), ("remove", "delete")):
+                if kind in action and action[kind].get("dataChange", True):
+                    file = action[kind]
+                    changes.append(_FileChange(
+                        file["path"], version, stamp, change, file.get("size", 0),
+                        tuple((file.get("partitionValues") or {}).items())))
     return changes
 
 
@@ -150,9 +152,10 @@ def read_changes_arrow(
     fs: pafs.FileSystem, table_fs_path: str, schema: pa.Schema, start_version: int,
     end_version: int, *, max_bytes: int,
 ) -> pa.Table | None:
-    """`read_changes` of an unpartitioned table without Spark, as Arrow (`_change_type`,
-    `_commit_version`, `_commit_timestamp`): None when the range's files hold more than
-    `max_bytes`."""
+    """`read_changes` without Spark, as Arrow (`_change_type`, `_commit_version`,
+    `_commit_timestamp`): None when the range's files hold more than `max_bytes`. A partitioned
+    table's partition columns are filled from each file's partition values in the log, so only
+    types those parse to as Spark's would (`PARTITION_TYPES`) are read here."""
     changes = _file_changes(fs, table_fs_path, start_version, end_version)
     if sum(c.size for c in changes) > max_bytes:
         return None
@@ -163,10 +166,24 @@ def read_changes_arrow(
                                  schema=schema, partitioning=None)
         except FileNotFoundError as exc:
             raise vacuumed(f"the change feed of version {change.version}", change.path) from exc
+        for name, value in change.partition_values:
+            index = rows.schema.get_field_index(name)
+            column = pa.array([value] * rows.num_rows, pa.string()).cast(schema.field(name).type)
+            rows = rows.set_column(index, schema.field(name), column)
         parts.append(_labelled(rows, change.change, change.version, change.timestamp))
     if not parts:
         return _labelled(schema.empty_table(), "insert", 0, datetime.now(timezone.utc))
     return _cancelled_arrow(pa.concat_tables(parts), schema.names)
+
+
+def partition_types_held(schema: pa.Schema, partition_columns: Sequence[str]) -> bool:
+    """Whether every partition column's values, written as text in the Delta log, parse in
+    Arrow to what Spark reads (integers, strings, booleans: not dates or times, whose text
+    forms differ between writers)."""
+    return all(
+        pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+        or pa.types.is_boolean(t)
+        for t in (schema.field(name).type for name in partition_columns))
 
 
 #: The Arrow type of `_commit_timestamp`.
