@@ -32,6 +32,7 @@ from lakelog.log import dead_letters, held_batch, landing
 from lakelog.log.offsets import AppendResult, append, partition_of
 from lakelog.log.records import INGEST_TIME, event_time, parse_lines, to_envelope, typed_fields
 from lakelog.log.topics import Topic
+from lakelog.spark import literals
 
 ORDER = ("_src_file", "_src_line")
 #: The type of a record's position (`ORDER` as a struct).
@@ -79,7 +80,6 @@ LINE_COLUMNS = (*ORDER, "value")
 LINES_SCHEMA = T.StructType([T.StructField("_src_file", T.StringType()),
                              T.StructField("_src_line", T.LongType()),
                              T.StructField("value", T.StringType())])
-STAMP_SCHEMA = T.StructType([T.StructField(INGEST_TIME, T.TimestampType())])
 
 
 def read_landing_lines(spark: SparkSession, lake: Lake, files: Sequence[str]) -> DataFrame:
@@ -166,8 +166,8 @@ def _append_lines(
 ) -> IngestResult | None:
     """Steps 2 and 3 for already-read lines: with `held`, a batch small enough to hold here
     (`lakelog.log.held_batch`), else through Spark. None if the append was already committed."""
-    stamp = lines.sparkSession.createDataFrame([(now,)], STAMP_SCHEMA)
-    parsed = parse_lines(lines.select(*LINE_COLUMNS).crossJoin(F.broadcast(stamp)), topic)
+    stamped = lines.select(*LINE_COLUMNS, literals.timestamp(now).alias(INGEST_TIME))
+    parsed = parse_lines(stamped, topic)
     append_parsed = _append_held if held else _append_with_spark
     done = append_parsed(lake, topic, parsed, txns=txns, extra=extra)
     if done is None:
@@ -202,8 +202,11 @@ def _append_held(
 ) -> Appended | None:
     """One Spark job: every line's envelope and log partition, or its error, collected; dead
     letters, duplicates and offsets are worked out here."""
-    # A bad line's typed fields are left out: its event time is not computed (and cannot fail).
-    kept = parsed.withColumn("_typed", F.when(F.col("error").isNull(), F.col("_typed")))
+    # A bad line's typed fields are left out: its event time is not computed (and cannot fail);
+    # a good line's raw text too: only dead letters keep it.
+    bad = F.col("error").isNotNull()
+    kept = parsed.withColumns({"_typed": F.when(~bad, F.col("_typed")),
+                               "value": F.when(bad, F.col("value"))})
     rows = to_envelope(_with_headers(kept), topic, keep=(*ORDER, "error", "value")).withColumn(
         "partition", partition_of(F.col("key"), topic.partitions))
     good, bad = held_batch.split(driver_write.collect(rows)[0])

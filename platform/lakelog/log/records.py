@@ -120,8 +120,7 @@ def to_envelope(parsed: DataFrame, topic: Topic, *, keep: Sequence[str] = ()) ->
     """Good parsed records → topic envelope columns (without partition and offset), then the
     columns `keep` (e.g. the records' source file and line).
 
-    The ingest time comes from the `_ingest_time` column (a value, not a literal, so Spark's
-    generated code is reused from one batch to the next)."""
+    The ingest time comes from the `_ingest_time` column."""
     typed = F.col("_typed")
     return parsed.select(
         typed[topic.key].cast("string").alias("key"),

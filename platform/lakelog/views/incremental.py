@@ -31,13 +31,13 @@ from pyspark.sql.types import StructType
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, held_read
 from lakelog.lake.changes import CHANGE_COLUMNS
+from lakelog.spark import literals
 from lakelog.spark.session import has_required_conf
 from lakelog.views.evaluate import Reader, evaluate
 from lakelog.views.graph import ModelGraph
 from lakelog.views.models import HOUR
 
 ONE_HOUR = timedelta(hours=1)
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Columns an input's rows are assigned to an hour by, in order of preference.
 TIME_COLUMNS = ("event_time", HOUR)
 
@@ -110,12 +110,8 @@ def _arrow_hours(moments: pa.ChunkedArray) -> dict[datetime, int]:
 def in_hours(column: str, hours: Collection[datetime]):
     # Each hour as microseconds since the epoch: a datetime literal would have Spark Connect's
     # client ask the server for the session's time zone, a round trip per hour.
-    moments = [F.timestamp_micros(F.lit(_micros(h))) for h in sorted(hours)]
+    moments = [literals.timestamp(h) for h in sorted(hours)]
     return F.date_trunc("hour", F.col(column)).isin(*moments)
-
-
-def _micros(moment: datetime) -> int:
-    return (utc(moment) - EPOCH) // timedelta(microseconds=1)
 
 
 def whole_reader(lake: Lake, pinned: Mapping[str, Snapshot]) -> Reader:

@@ -1,0 +1,25 @@
+"""Literals a Spark Connect client sends as they are, without asking the server anything.
+
+PySpark's Connect client turns a `datetime` literal (`F.lit`, or a row of `createDataFrame`)
+into a timestamp in the session's time zone, which it asks the server for: a round trip per
+literal or frame. The same instant as microseconds since the epoch needs none.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def micros(moment: datetime) -> int:
+    """`moment` as microseconds since the epoch (a naive one is local time, as Python's)."""
+    return (moment.astimezone(timezone.utc) - EPOCH) // timedelta(microseconds=1)
+
+
+def timestamp(moment: datetime) -> Column:
+    """`moment` as a Spark timestamp literal, folded by the optimizer like any literal."""
+    return F.timestamp_micros(F.lit(micros(moment)))
