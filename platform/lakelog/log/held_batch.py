@@ -47,6 +47,24 @@ def dead_letter_rows(bad: pa.Table, *, topic: str) -> pa.Table:
     })
 
 
+def with_headers(good: pa.Table, source: str, line: str) -> pa.Table:
+    """`good` with its `headers` column made as the Spark path makes it: a map of the record's
+    ``source`` (column `source`) and ``line`` (column `line`, as text), in that order."""
+    n = good.num_rows
+    values = pa.concat_arrays([
+        good[source].combine_chunks().cast(pa.string()),
+        good[line].combine_chunks().cast(pa.string()),
+    ])
+    pairs = np.column_stack([np.arange(n), np.arange(n) + n]).ravel()  # source i, line i, ...
+    headers = pa.MapArray.from_arrays(
+        pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32)),
+        pa.array(["source", "line"]).take(pa.array(np.tile([0, 1], n))),
+        values.take(pa.array(pairs)),
+        type=pa.map_(pa.string(), pa.string()),
+    )
+    return good.set_column(good.schema.get_field_index("headers"), "headers", headers)
+
+
 def time_bounds(good: pa.Table) -> tuple[datetime, datetime] | None:
     """The least and greatest event time of `good` (None if it has none), as aware UTC."""
     lo, hi = (v.as_py() for v in pc.min_max(good["event_time"]).values())

@@ -108,7 +108,11 @@ def lines_frame(spark: SparkSession, lines: Sequence[str], *, source: str) -> Da
     )
 
 
+HEADERS_TYPE = T.MapType(T.StringType(), T.StringType())
+
+
 def _with_headers(lines: DataFrame) -> DataFrame:
+    """A record's headers: the file and line it came from (`held_batch.with_headers` too)."""
     return lines.withColumn(
         "headers",
         F.create_map(
@@ -203,13 +207,16 @@ def _append_held(
     """One Spark job: every line's envelope and log partition, or its error, collected; dead
     letters, duplicates and offsets are worked out here."""
     # A bad line's typed fields are left out: its event time is not computed (and cannot fail);
-    # a good line's raw text too: only dead letters keep it.
-    bad = F.col("error").isNotNull()
-    kept = parsed.withColumns({"_typed": F.when(~bad, F.col("_typed")),
-                               "value": F.when(bad, F.col("value"))})
-    rows = to_envelope(_with_headers(kept), topic, keep=(*ORDER, "error", "value")).withColumn(
+    # a good line's raw text too: only dead letters keep it. The headers (the line's file and
+    # number, which come back anyway) are made here, not sent back a second time as a map.
+    broken = F.col("error").isNotNull()
+    kept = parsed.withColumns({"_typed": F.when(~broken, F.col("_typed")),
+                               "value": F.when(broken, F.col("value")),
+                               "headers": F.lit(None).cast(HEADERS_TYPE)})
+    rows = to_envelope(kept, topic, keep=(*ORDER, "error", "value")).withColumn(
         "partition", partition_of(F.col("key"), topic.partitions))
     good, bad = held_batch.split(driver_write.collect(rows)[0])
+    good = held_batch.with_headers(good, *ORDER)
     read = good.num_rows + bad.num_rows
     if bad.num_rows and (dl_snapshot := dead_letters.owed(lake, txns)) is not None:
         lake.write_table(dl_snapshot, held_batch.dead_letter_rows(bad, topic=topic.name),
