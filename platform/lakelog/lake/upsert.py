@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, held_merge
+from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write, held_merge
 from lakelog.lake.base import is_small, overlapping
 
 
@@ -45,7 +45,10 @@ def clustered(df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int)
     since it only chooses how many tasks share the work (one, without a shuffle, for few rows).
     """
     files = max(1, math.ceil(rows / rows_per_file))
-    spread = df.coalesce(1) if files == 1 else df.repartitionByRange(files, *keys)
+    # Rows written here (`driver_write`) are cut into files in this process: one sorted run
+    # of them needs no range partitioning (a sampling job of its own).
+    one = files == 1 or driver_write.is_small_write(rows)
+    spread = df.coalesce(1) if one else df.repartitionByRange(files, *keys)
     return spread.sortWithinPartitions(*keys)
 
 

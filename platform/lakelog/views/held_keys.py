@@ -34,8 +34,8 @@ from lakelog.views.incremental import matching
 
 #: The most rows the model's table may hold, and the most keys a run may touch, to be
 #: replaced here: together at most `driver_write.SMALL_WRITE_ROWS`, in memory at once.
-HELD_ROWS = driver_write.SMALL_WRITE_ROWS // 2
-HELD_KEYS = driver_write.SMALL_WRITE_ROWS // 2
+HELD_ROWS = 25_000
+HELD_KEYS = 25_000
 
 _UNIT = "_lakelog_unit"
 

@@ -240,7 +240,7 @@ def _hours(
     candidates = hour_files(output, hours)
     # About: the rows of the rewritten files (those of the hours among them), and a new row per
     # changed input row (more for a model that explodes or joins them: the hint only chooses
-    # collecting the rows, up to 50,000, over a Spark write).
+    # collecting the rows, up to `driver_write.SMALL_WRITE_ROWS`, over a Spark write).
     rows_hint = None if changed is None else sum(f.num_records for f in candidates) + changed
     txns = state_txns(model, output, pinned)
     metadata = _metadata(model, "incremental", versions, len(hours))

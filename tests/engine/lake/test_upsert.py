@@ -11,7 +11,8 @@ from pyspark.sql import types as T
 
 from lakelog.errors import SchemaMismatchError
 from lakelog.lake import held_merge
-from lakelog.lake.upsert import overlapping, upsert
+from lakelog.lake import driver_write
+from lakelog.lake.upsert import overlapping, rewrite, upsert
 
 SCHEMA = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.StringType())])
 
@@ -42,6 +43,25 @@ def test_an_upsert_into_named_files_equals_one_that_finds_them(spark, lake):
     after = lake.snapshot("named")
     kept = {f.path for f in after.files()} & {f.path for f in snapshot.files()}
     assert kept == {f.path for f in snapshot.files()} - {f.path for f in read}
+
+
+@pytest.mark.parametrize("written", ["here", "by Spark"])
+def test_a_clustered_rewrite_writes_files_of_disjoint_key_ranges(spark, lake, monkeypatch,
+                                                                  written):
+    """Rows written here are one sorted run cut into files; by Spark, key ranges of tasks."""
+    if written == "by Spark":
+        monkeypatch.setattr(driver_write, "SMALL_WRITE_ROWS", 0)
+    lake.create_table("c", SCHEMA)
+    keys = [(k * 7919) % 35 for k in range(35)]  # 0..34, shuffled
+    frame = spark.createDataFrame([(k, "v") for k in keys], SCHEMA).repartition(3)
+    rewrite(lake, lake.snapshot("c"), frame, files=[], keys=("k",), rows_per_file=10,
+            rows_hint=35)
+    files = sorted(lake.snapshot("c").files(), key=lambda f: f.min_values["k"])
+    assert sum(f.num_records for f in files) == 35 and all(f.num_records <= 10 for f in files)
+    assert all(a.max_values["k"] < b.min_values["k"] for a, b in zip(files, files[1:]))
+    if written == "here":
+        assert [f.num_records for f in files] == [10, 10, 10, 5]
+    assert rows(lake, "c") == {k: "v" for k in range(35)}
 
 
 # The same upserts merged by Spark and here (`lakelog.lake.held_merge`) ---------------------
