@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
@@ -129,8 +130,11 @@ def read_changes(
     if gone is not None:
         change = changes[gone]
         raise vacuumed(f"the change feed of version {change.version}", change.path)
+    # Each row is matched to its file's change by the file's path within the table (its
+    # partition folders and name: Spark names the files of one write alike in every partition
+    # folder), as the log has it, percent-decoded on both sides.
     index = spark.createDataFrame(
-        [(c.path.rsplit("/", 1)[-1], c.version, c.timestamp, c.change) for c in changes],
+        [(unquote(c.path), c.version, c.timestamp, c.change) for c in changes],
         "_file string, _commit_version long, _commit_timestamp timestamp, _change_type string",
     )
     paths = sorted({f"{table_spark_path}/{c.path}" for c in changes})
@@ -138,7 +142,8 @@ def read_changes(
         spark.read.schema(schema)
         .option("basePath", table_spark_path)
         .parquet(*paths)
-        .withColumn("_file", F.col("_metadata.file_name"))
+        .withColumn("_file", _relative_path(F.col("_metadata.file_path"),
+                                            {c.path.count("/") + 1 for c in changes}))
         .join(F.broadcast(index), "_file")
     )
     rows = rows.select(*columns, *CHANGE_COLUMNS)
@@ -148,16 +153,30 @@ def read_changes(
     return _cancelled(rows, columns) if rewritten else rows
 
 
+def _relative_path(uri: Column, depths: Collection[int]) -> Column:
+    """A file's path within the table, from its URI (Spark's, percent-encoded): its last
+    `depths` segments, decoded. A range that spans a change of partitioning has files of more
+    than one depth: each row then comes once per depth, and the join keeps the one that names a
+    changed file (one write's file names are unique; only their partition folders repeat them)."""
+    segments = F.split(F.url_decode(F.regexp_replace(uri, "\\+", "%2B")), "/")
+    paths = [F.concat_ws("/", F.slice(segments, -depth, depth)) for depth in sorted(depths)]
+    return paths[0] if len(paths) == 1 else F.explode(F.array(*paths))
+
+
 def read_changes_arrow(
     fs: pafs.FileSystem, table_fs_path: str, schema: pa.Schema, start_version: int,
     end_version: int, *, max_bytes: int,
 ) -> pa.Table | None:
     """`read_changes` without Spark, as Arrow (`_change_type`, `_commit_version`,
-    `_commit_timestamp`): None when the range's files hold more than `max_bytes`. A partitioned
-    table's partition columns are filled from each file's partition values in the log, so only
-    types those parse to as Spark's would (`PARTITION_TYPES`) are read here."""
+    `_commit_timestamp`): None when the range's files hold more than `max_bytes`, or when a
+    file's partition values are not of `schema`'s columns of types they parse to here as in
+    Spark (`partition_types_held`): a partitioned table's partition columns are filled from each
+    file's partition values in the log."""
     changes = _file_changes(fs, table_fs_path, start_version, end_version)
     if sum(c.size for c in changes) > max_bytes:
+        return None
+    partitioned = {name for c in changes for name, _ in c.partition_values}
+    if not partition_types_held(schema, partitioned):
         return None
     parts = []
     for change in changes:
@@ -176,14 +195,18 @@ def read_changes_arrow(
     return _cancelled_arrow(pa.concat_tables(parts), schema.names)
 
 
-def partition_types_held(schema: pa.Schema, partition_columns: Sequence[str]) -> bool:
-    """Whether every partition column's values, written as text in the Delta log, parse in
-    Arrow to what Spark reads (integers, strings, booleans: not dates or times, whose text
-    forms differ between writers)."""
-    return all(
-        pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
-        or pa.types.is_boolean(t)
-        for t in (schema.field(name).type for name in partition_columns))
+def partition_types_held(schema: pa.Schema, partition_columns: Collection[str]) -> bool:
+    """Whether every partition column is one of `schema`'s whose values, written as text in the
+    Delta log, parse in Arrow to what Spark reads (integers, strings, booleans: not dates or
+    times, whose text forms differ between writers)."""
+    def held(name: str) -> bool:
+        if name not in schema.names:
+            return False
+        t = schema.field(name).type
+        return (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_boolean(t))
+
+    return all(held(name) for name in partition_columns)
 
 
 #: The Arrow type of `_commit_timestamp`.

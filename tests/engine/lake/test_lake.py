@@ -11,7 +11,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
-from lakelog.errors import ConcurrentWriteError, SchemaMismatchError, TableNotFoundError
+from lakelog.errors import (
+    ChangesUnavailableError, ConcurrentWriteError, SchemaMismatchError, TableNotFoundError,
+)
 from lakelog.lake import AppTxn
 
 SCHEMA = T.StructType(
@@ -137,6 +139,43 @@ def test_change_feed_held_equals_sparks(lake, spark, partition_by):
         spark_rows = lake.changes("t", a, b).collect()
         assert sorted(map(_plain, held.to_pylist())) == sorted(
             _plain(r.asDict(recursive=True)) for r in spark_rows), (a, b)
+
+
+def test_each_row_of_a_partitioned_spark_write_is_one_change(lake, spark):
+    """Spark names one task's files alike in every partition folder: the feed tells them apart
+    by their folders, so each row is one change, by Spark and here alike."""
+    lake.create_table("t", SCHEMA, partition_by=["part"])
+    written = rows(spark, [1, 2], part=0).unionByName(rows(spark, [3], part=1)).coalesce(1)
+    lake.write(lake.snapshot("t"), written)  # one task, two folders, one file name
+    names = [f.path.rsplit("/", 1)[-1] for f in lake.snapshot("t").files()]
+    assert len(names) == 2 and len(set(names)) == 1
+    assert sorted(r.id for r in lake.changes("t", 1).collect()) == [1, 2, 3]
+    assert sorted(lake.changes_arrow("t", 1, 1)["id"].to_pylist()) == [1, 2, 3]
+
+
+def test_a_file_path_within_a_table_from_sparks_uri(spark):
+    from lakelog.lake.changes import _relative_path
+
+    uris = spark.createDataFrame([("file:/lake/t/p=a%253Ab/part-1.parquet",),
+                                  ("file:///lake/t/part-2.parquet",)], "uri string")
+    one = uris.select(_relative_path(F.col("uri"), {2}).alias("f")).collect()
+    assert [r.f for r in one] == ["p=a%3Ab/part-1.parquet", "t/part-2.parquet"]
+    both = uris.select(_relative_path(F.col("uri"), {1, 2}).alias("f")).collect()
+    assert sorted(r.f for r in both) == ["p=a%3Ab/part-1.parquet", "part-1.parquet",
+                                         "part-2.parquet", "t/part-2.parquet"]
+
+
+def test_a_change_feed_past_a_trimmed_log_is_unavailable(lake, spark):
+    lake.create_table("t", SCHEMA)
+    for i in range(4):
+        lake.write(lake.snapshot("t"), rows(spark, [i]))  # versions 1-4
+    lake.forget_history("t", before=3)  # the log of versions 0-2 is gone
+    for start in (1, 2, 3):  # each needs the version before it
+        with pytest.raises(ChangesUnavailableError, match="no longer in the Delta log"):
+            lake.changes("t", start)
+        with pytest.raises(ChangesUnavailableError, match="no longer in the Delta log"):
+            lake.changes_arrow("t", start, 4)
+    assert lake.changes("t", 4).count() == 1 and lake.changes_arrow("t", 4, 4).num_rows == 1
 
 
 def test_a_change_feed_partitioned_by_date_is_left_to_spark(lake, spark):
