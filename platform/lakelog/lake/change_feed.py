@@ -16,11 +16,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from lakelog.errors import ChangesUnavailableError, TableNotFoundError
 from lakelog.lake import held_read
 from lakelog.lake.base import DataFile, is_small, overlapping
 from lakelog.lake.changes import (
-    commit_timestamp, net_changes, net_changes_arrow, partition_types_held, read_changes,
-    read_changes_arrow, require_files,
+    commit_timestamp, net_changes, net_changes_arrow, read_changes, read_changes_arrow,
+    require_files,
 )
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import MergeKeys, merge_keys
@@ -42,7 +43,6 @@ class _Range:
     start: int
     before: DeltaSnapshot | None
     after: DeltaSnapshot
-    latest: DeltaSnapshot
     merge: MergeKeys | None
 
     def require(self, before_files: list[DataFile]) -> None:
@@ -55,12 +55,32 @@ class _Range:
         return commit_timestamp(self.lake.fs, self.lake.fs_path(self.path), self.after.version)
 
 
-def _range(lake: EmbeddedLake, path: str, start: int, end: int | None) -> _Range:
-    latest = lake.snapshot(path)
-    after = latest if end is None or end == latest.version else lake.snapshot(path, end)
-    before = lake.snapshot(path, start - 1) if start > 0 else None
+def _range(
+    lake: EmbeddedLake, path: str, start: int, end: int | None,
+    latest: DeltaSnapshot | None = None,
+) -> _Range:
+    """The ends of the feed from `start` through `end` (`latest`'s version when None; `latest`,
+    when given, stands for that version)."""
+    if latest is not None and end in (None, latest.version):
+        after = latest
+    else:
+        after = _version(lake, path, end)
+    before = _version(lake, path, start - 1) if start > 0 else None
     merge = merge_keys(after.properties) or (before and merge_keys(before.properties)) or None
-    return _Range(lake, path, start, before, after, latest, merge)
+    return _Range(lake, path, start, before, after, merge)
+
+
+def _version(lake: EmbeddedLake, path: str, version: int) -> DeltaSnapshot:
+    """Version `version` of the table, or `ChangesUnavailableError` when its log was trimmed
+    (`Lake.forget_history`): a feed that needs it cannot be read any more."""
+    try:
+        return lake.snapshot(path, version)
+    except TableNotFoundError as gone:
+        if not lake.exists(path):
+            raise
+        raise ChangesUnavailableError(
+            f"version {version} of {path} is no longer in the Delta log; its change feed "
+            "cannot be read") from gone
 
 
 def held(lake: EmbeddedLake, path: str, start: int, end: int) -> pa.Table | None:
@@ -70,8 +90,6 @@ def held(lake: EmbeddedLake, path: str, start: int, end: int) -> pa.Table | None
     schema (`held_read.holds`); None otherwise (ask `spark`). The same columns."""
     ends = _range(lake, path, start, end)
     before, after = ends.before, ends.after
-    if not partition_types_held(after.arrow_schema, after.partition_columns):
-        return None
     if ends.merge and not (held_read.holds(after) and (before is None or (
             held_read.holds(before) and before.schema == after.schema))):
         return None
@@ -89,11 +107,12 @@ def held(lake: EmbeddedLake, path: str, start: int, end: int) -> pa.Table | None
 
 def spark(lake: EmbeddedLake, path: str, start: int, end: int | None = None) -> DataFrame:
     """The feed from `start` through `end` (the latest version when None) as a Spark frame."""
-    ends = _range(lake, path, start, end)
+    latest = lake.snapshot(path)
+    ends = _range(lake, path, start, end, latest)
     before, after = ends.before, ends.after
     rows = read_changes(
         lake.spark, fs=lake.fs, table_fs_path=lake.fs_path(path),
-        table_spark_path=lake.spark_path(path), schema=ends.latest.schema,
+        table_spark_path=lake.spark_path(path), schema=latest.schema,
         start_version=start, end_version=after.version)
     if not ends.merge:
         return rows

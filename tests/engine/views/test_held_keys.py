@@ -35,6 +35,18 @@ def test_a_null_key_is_replaced_like_any_other(lake, spark, graph):
     assertDataFrameEqual(stored(lake, MODEL), recomputed(lake, spark, graph, MODEL))
 
 
+def test_a_model_whose_input_log_was_trimmed_is_rebuilt(lake, spark, graph):
+    append(lake, spark, "page_views", [view("u1", "p1", 0)])
+    run_model(lake, spark, graph, MODEL)
+    append(lake, spark, "page_views", [view("u2", "p1", 1)])
+    append(lake, spark, "page_views", [view("u3", "p2", 1)])
+    # An erasure trims the log before its commit: the version the model last read is gone.
+    lake.forget_history("log/page_views", before=lake.snapshot("log/page_views").version)
+    run = run_model(lake, spark, graph, MODEL)
+    assert run.mode == "full" and "no longer in the Delta log" in run.reason
+    assert {r.product_id: r.views for r in stored(lake, MODEL).collect()} == {"p1": 2, "p2": 1}
+
+
 def test_more_keys_than_held_go_the_spark_way(lake, spark, graph, monkeypatch):
     append(lake, spark, "page_views", [view("u1", f"p{i}", 0) for i in range(5)])
     run_model(lake, spark, graph, MODEL)
