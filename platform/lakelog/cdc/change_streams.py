@@ -39,12 +39,14 @@ from lakelog.cdc.changelog import SOURCE, changelog_topic
 from lakelog.consumers import Output, Role
 from lakelog.errors import ChangesUnavailableError, ConfigError, LakelogError
 from lakelog.lake import AppTxn, Lake, Snapshot, held_read
-from lakelog.lake.driver_write import is_small_write
 from lakelog.log.offsets import append
 from lakelog.log.topics import Topic
 
 METADATA_KEY = "lakelog.changeStream"
 ORDER_BY = ("_version", "_key")
+#: The most rows of a feed read here that are handed to Spark as local rows (in the plan, which
+#: over Spark Connect travels in the request); a larger feed is Spark's to read.
+HELD_FEED_ROWS = 50_000
 
 
 class ChangeStreamError(LakelogError):
@@ -185,7 +187,7 @@ def _feed(
     to Spark as local rows: a larger feed is Spark's to read)."""
     try:
         held = lake.changes_arrow(stream.path, first, table.version) if here else None
-        if held is None or not is_small_write(held.num_rows):
+        if held is None or held.num_rows > HELD_FEED_ROWS:
             return lake.changes(stream.path, first, table.version), None
     except ChangesUnavailableError as exc:
         raise ChangeStreamError(

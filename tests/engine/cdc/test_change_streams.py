@@ -17,7 +17,6 @@ from lakelog.cdc.change_streams import ChangeStream, ChangeStreamError, publish_
 from lakelog.cdc.compacted import CompactedTable, live_rows, purge_tombstones
 from lakelog.consumers import Output
 from lakelog.errors import ConfigError
-from lakelog.lake import driver_write
 
 LAYOUTS = ["copy-on-write", "merge-on-read"]
 
@@ -80,7 +79,7 @@ def test_a_mirror_rebuilt_from_the_stream_equals_the_table_after_random_changes(
     if feed == "spark":
         monkeypatch.setattr(type(lake), "changes_arrow", lambda *args: None)
     if feed == "too many rows to hold":  # read here, then found too large: Spark reads it
-        monkeypatch.setattr(driver_write, "SMALL_WRITE_ROWS", 0)
+        monkeypatch.setattr(change_streams, "HELD_FEED_ROWS", 0)
     stream = ChangeStream(table.output)
     rng = random.Random(7)
     lsn, names = 100, {}
