@@ -28,21 +28,26 @@ from lakelog.log.topics import Topic
 SMALL_INGEST_BYTES = 32 << 20
 
 
+#: The columns a held batch's rows carry besides the envelope: a bad line's error and text
+#: (named apart from any payload field, which may well be called `error` or `value`).
+ERROR, LINE = "_lakelog_error", "_lakelog_line"
+
+
 def split(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The good records and the bad lines (those with an `error`)."""
-    bad = pc.is_valid(rows["error"])
+    """The good records and the bad lines (those with an `ERROR`)."""
+    bad = pc.is_valid(rows[ERROR])
     return rows.filter(pc.invert(bad)), rows.filter(bad)
 
 
 def dead_letter_rows(bad: pa.Table, *, topic: str) -> pa.Table:
-    """Bad lines (columns `_src_file`, `_src_line`, `value`, `error`, `ingest_time`) as rows
+    """Bad lines (columns `_src_file`, `_src_line`, `LINE`, `ERROR`, `ingest_time`) as rows
     of the dead-letter table."""
     return pa.table({
         "topic": pa.array([topic] * bad.num_rows, pa.string()),
         "source": bad["_src_file"],
         "line": bad["_src_line"].cast(pa.int64()),
-        "raw": bad["value"],
-        "reason": bad["error"],
+        "raw": bad[LINE],
+        "reason": bad[ERROR],
         "ingest_time": bad["ingest_time"],
     })
 

@@ -211,9 +211,10 @@ def _append_held(
     # number, which come back anyway) are made here, not sent back a second time as a map.
     broken = F.col("error").isNotNull()
     kept = parsed.withColumns({"_typed": F.when(~broken, F.col("_typed")),
-                               "value": F.when(broken, F.col("value")),
+                               held_batch.ERROR: F.col("error"),
+                               held_batch.LINE: F.when(broken, F.col("value")),
                                "headers": F.lit(None).cast(HEADERS_TYPE)})
-    rows = to_envelope(kept, topic, keep=(*ORDER, "error", "value")).withColumn(
+    rows = to_envelope(kept, topic, keep=(*ORDER, held_batch.ERROR, held_batch.LINE)).withColumn(
         "partition", partition_of(F.col("key"), topic.partitions))
     good, bad = held_batch.split(driver_write.collect(rows)[0])
     good = held_batch.with_headers(good, *ORDER)

@@ -147,6 +147,35 @@ def test_produce_validates_like_landing_files(lake, spark, topic, now):
     assert dead.source == "produce:test" and dead.line == 2
 
 
+@pytest.mark.parametrize("path", ["held", "spark"])
+def test_payload_fields_named_value_and_error_are_records_like_any(spark, tmp_path, now,
+                                                                   monkeypatch, path):
+    """A held batch carries a bad line's text and error beside the envelope under names of its
+    own: a topic's fields called `value` and `error` are the records' own."""
+    from pyspark.sql import types as T
+
+    from lakelog.log.topics import Topic
+
+    monkeypatch.setattr(held_batch, "SMALL_INGEST_BYTES", -1 if path == "spark" else 1 << 30)
+    schema = T.StructType([T.StructField(n, t) for n, t in [
+        ("event_id", T.StringType()), ("sensor", T.StringType()), ("value", T.DoubleType()),
+        ("error", T.StringType())]])
+    topic = Topic("readings", schema, key="sensor", partitions=2)
+    lake = EmbeddedLake(spark, str(tmp_path / "lake"))
+    drop(lake.root, topic.name, "a.ndjson", [
+        {"event_id": "r1", "sensor": "s1", "value": 1.5, "error": None},
+        {"event_id": "r2", "sensor": "s2", "value": 2.5, "error": "drift"},
+        {"event_id": "r3", "sensor": "s1", "value": "high"},
+    ])
+    result = ingest.ingest(lake, spark, topic, now=now)
+    assert (result.read, result.appended, result.dead_letters) == (3, 2, 1)
+    log = sorted((r.event_id, r.value, r.error, r.headers["line"])
+                 for r in table_rows(lake, topic.path))
+    assert log == [("r1", 1.5, None, "1"), ("r2", 2.5, "drift", "2")]
+    (dead,) = table_rows(lake, dead_letters.PATH)
+    assert dead.line == 3 and '"high"' in dead.raw and "value" in dead.reason
+
+
 def test_both_paths_give_the_same_log_and_dead_letters(spark, tmp_path, now, monkeypatch):
     """Duplicates within a file, across files and against the log, bad lines, several log
     partitions and files: the held path and the Spark path append the same records with the
