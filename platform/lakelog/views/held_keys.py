@@ -33,7 +33,7 @@ from lakelog.lake.merge_on_read import merge_keys
 from lakelog.views.incremental import matching
 
 #: The most rows the model's table may hold, and the most keys a run may touch, to be
-#: replaced here: together at most `driver_write.SMALL_WRITE_ROWS`, in memory at once.
+#: replaced here (both in memory at once: together half of `driver_write.SMALL_WRITE_ROWS`).
 HELD_ROWS = 25_000
 HELD_KEYS = 25_000
 

@@ -98,6 +98,8 @@ def touched_hours(
 def _arrow_hours(moments: pa.ChunkedArray) -> dict[datetime, int]:
     """How many of `moments` (Arrow timestamps) fall in each hour, as Spark's ``date_trunc`` in
     a UTC session puts them (a timestamp without time zone is a wall-clock time, as UTC's)."""
+    if moments.type.tz is not None:  # floored in UTC, not in the values' own time zone
+        moments = moments.cast(pa.timestamp(moments.type.unit, "UTC"))
     counts = pc.value_counts(pc.floor_temporal(moments.drop_null(), unit="hour"))
     return {
         (hour if hour.tzinfo else hour.replace(tzinfo=timezone.utc)).astimezone(timezone.utc):
