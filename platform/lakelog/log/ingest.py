@@ -170,6 +170,9 @@ def _append_lines(
 ) -> IngestResult | None:
     """Steps 2 and 3 for already-read lines: with `held`, a batch small enough to hold here
     (`lakelog.log.held_batch`), else through Spark. None if the append was already committed."""
+    # The ingest time as a literal: with Spark's generated code on (not lakelog's default,
+    # docs/spark.md) the parse stage is compiled anew each batch, as every plan with a batch's
+    # bounds is; a one-row frame of it cost a config round trip each batch over Spark Connect.
     stamped = lines.select(*LINE_COLUMNS, literals.timestamp(now).alias(INGEST_TIME))
     parsed = parse_lines(stamped, topic)
     append_parsed = _append_held if held else _append_with_spark
