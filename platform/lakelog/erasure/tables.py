@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -67,7 +68,9 @@ def erase_rows(lake: Lake, path: str, names: Collection[str], subject: str, *,
         counts = (lake.read(snapshot, files=unchecked, file_paths=True).where(condition)
                   .groupBy(F.col(FILE).alias("file")).count().collect())
         hit = {r["file"]: r["count"] for r in counts}
-        chosen = [f for f in unchecked if any(name.endswith("/" + f.path) for name in hit)]
+        # Spark's file URIs are percent-encoded; the files' paths are as on disk.
+        found = [unquote(name) for name in hit]
+        chosen = [f for f in unchecked if any(name.endswith("/" + f.path) for name in found)]
         if not chosen:
             return TableErasure(path, rows, files, first, snapshot.version)
         if _is_log(snapshot) and head_floors(snapshot) != _heads(snapshot):

@@ -85,7 +85,7 @@ def _version(lake: EmbeddedLake, path: str, version: int) -> DeltaSnapshot:
 
 def held(lake: EmbeddedLake, path: str, start: int, end: int) -> pa.Table | None:
     """The feed from `start` through `end` read here, when its files hold at most `HELD_BYTES`,
-    the table's partition columns (if any) are of types whose values parse here as in Spark
+    their partition columns (if any) are of types whose values parse here as in Spark
     (`changes.partition_types_held`), and, merge-on-read, both ends are small tables of one
     schema (`held_read.holds`); None otherwise (ask `spark`). The same columns."""
     ends = _range(lake, path, start, end)

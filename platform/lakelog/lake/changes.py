@@ -99,8 +99,8 @@ def _file_changes(
             for kind, change in (("add", "insert"), ("remove", "delete")):
                 if kind in action and action[kind].get("dataChange", True):
                     file = action[kind]
-                    changes.append(_FileChange(
-                        file["path"], version, stamp, change, file.get("size", 0),
+                    changes.append(_FileChange(  # the path as on disk (the log encodes it)
+                        unquote(file["path"]), version, stamp, change, file.get("size", 0),
                         tuple((file.get("partitionValues") or {}).items())))
     return changes
 
@@ -132,9 +132,9 @@ def read_changes(
         raise vacuumed(f"the change feed of version {change.version}", change.path)
     # Each row is matched to its file's change by the file's path within the table (its
     # partition folders and name: Spark names the files of one write alike in every partition
-    # folder), as the log has it, percent-decoded on both sides.
+    # folder), as on disk.
     index = spark.createDataFrame(
-        [(unquote(c.path), c.version, c.timestamp, c.change) for c in changes],
+        [(c.path, c.version, c.timestamp, c.change) for c in changes],
         "_file string, _commit_version long, _commit_timestamp timestamp, _change_type string",
     )
     paths = sorted({f"{table_spark_path}/{c.path}" for c in changes})

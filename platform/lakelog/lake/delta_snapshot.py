@@ -7,6 +7,7 @@ version never changes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -73,7 +74,7 @@ def _data_files(actions: pa.Table) -> list[DataFile]:
     for row in actions.to_pylist():
         files.append(
             DataFile(
-                path=row["path"],
+                path=unquote(row["path"]),  # as on disk: the log percent-encodes it
                 size=row["size_bytes"],
                 num_records=row.get("num_records") or 0,
                 partition_values={c: row[n] for n, c in groups["partition"]},

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from urllib.parse import unquote
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -335,7 +334,7 @@ class EmbeddedLake:
     def purge_removed(self, path: str, through: int) -> list[str]:
         kept = {f.path for f in self.snapshot(path).files()}
         present = forgetting.removed_files(self.fs, self.fs_path(path), kept, through)
-        self._delete_files(path, [unquote(p) for p in present])
+        self._delete_files(path, present)
         return present
 
     def forget_history(self, path: str, before: int) -> int:

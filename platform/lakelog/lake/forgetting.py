@@ -19,17 +19,18 @@ from lakelog.lake.changes import log_actions
 
 def removed_files(fs: pafs.FileSystem, table_fs_path: str, kept: Set[str],
                   through: int) -> list[str]:
-    """Data files (paths as the log names them) that versions ``0..through`` removed, that are
-    not in `kept` (the current version's) and that storage still holds."""
+    """Data files (paths within the table, as on disk) that versions ``0..through`` removed,
+    that are not in `kept` (the current version's) and that storage still holds."""
     removed: set[str] = set()
     for version in range(through + 1):
         try:
             actions = list(log_actions(fs, table_fs_path, version))
         except ChangesUnavailableError:  # cleaned up by log retention
             continue
-        removed.update(a["remove"]["path"] for a in actions if "remove" in a)
+        # The log percent-encodes the paths.
+        removed.update(unquote(a["remove"]["path"]) for a in actions if "remove" in a)
     return [p for p in sorted(removed - kept)
-            if fs.get_file_info(f"{table_fs_path}/{unquote(p)}").type != pafs.FileType.NotFound]
+            if fs.get_file_info(f"{table_fs_path}/{p}").type != pafs.FileType.NotFound]
 
 
 def forget_log(fs: pafs.FileSystem, log_fs_path: str, before: int) -> int:

@@ -153,6 +153,33 @@ def test_each_row_of_a_partitioned_spark_write_is_one_change(lake, spark):
     assert sorted(lake.changes_arrow("t", 1, 1)["id"].to_pylist()) == [1, 2, 3]
 
 
+def test_partition_values_that_name_escaped_folders(lake, spark):
+    """Spark escapes some characters of a partition value in its folder's name, and the Delta
+    log percent-encodes the path again: reads, removes, the change feed and the purge of removed
+    files all find the files as they are on disk."""
+    schema = T.StructType([T.StructField("p", T.StringType()), T.StructField("id", T.LongType())])
+    values = ["a:b", "c d", "x%y", "é", "k=v", "plain"]
+    lake.create_table("t", schema, partition_by=["p"])
+    lake.write(lake.snapshot("t"), spark.createDataFrame(
+        [(v, i) for i, v in enumerate(values)], schema))  # v1, by Spark (values not plain)
+    snapshot = lake.snapshot("t")
+    assert sorted(lake.read(snapshot).collect()) == sorted(
+        (v, i) for i, v in enumerate(values))
+    assert sorted(lake.read_arrow(snapshot)["id"].to_pylist()) == list(range(len(values)))
+    colon = [f for f in snapshot.files() if f.partition_values["p"] == "a:b"]
+    lake.write(snapshot, spark.createDataFrame([("a:b", 10)], schema), remove=colon)  # v2
+    after = lake.read(lake.snapshot("t")).collect()
+    assert sorted(r.id for r in after) == [1, 2, 3, 4, 5, 10]  # the old file went
+    feed = sorted((r.p, r.id, r._change_type) for r in lake.changes("t", 2).collect())
+    assert feed == [("a:b", 0, "delete"), ("a:b", 10, "insert")]
+    held = lake.changes_arrow("t", 1, 2)
+    assert held is not None and sorted(zip(held["p"].to_pylist(), held["id"].to_pylist())) == \
+        sorted([*((v, i) for i, v in enumerate(values)), ("a:b", 0), ("a:b", 10)])
+    assert lake.purge_removed("t", through=2) == [colon[0].path]
+    assert not (Path(lake.root) / "t" / colon[0].path).exists()
+    assert lake.read(lake.snapshot("t")).count() == 6
+
+
 def test_a_file_path_within_a_table_from_sparks_uri(spark):
     from lakelog.lake.changes import _relative_path
 
