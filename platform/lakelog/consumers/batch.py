@@ -31,7 +31,6 @@ from lakelog.consumers.consumer import BatchInput, Changes, Consumer, Output
 from lakelog.consumers.units import Unit, refuse_if_grouped
 from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
-from lakelog.lake.driver_write import is_small_write
 from lakelog.lake.merge_on_read import merge_keys
 from lakelog.lake.squash import ensure_layout
 from lakelog.lake.upsert import clustered, rewrite, upsert
@@ -277,8 +276,7 @@ def _write_output(
                               "of rows, not deletes or files to replace")
         rows = changes.rows
         if output.rows_per_file:  # at most one row per record; usually one sorted file
-            rows = clustered(rows, output.keys, output.rows_per_file, hint,
-                             held=is_small_write(hint))
+            rows = clustered(rows, output.keys, output.rows_per_file, hint, rows_hint=hint)
         lake.write(snapshot, rows, txns=txns, metadata=metadata,
                    max_records_per_file=output.rows_per_file, rows_hint=hint)
     elif output.keys:

@@ -38,19 +38,21 @@ def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[st
 
 
 def clustered(
-    df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int, *, held: bool = False,
+    df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int, *,
+    rows_hint: int | None = None,
 ) -> DataFrame:
     """`df` (about `rows` rows) sorted by the key, in key ranges of about `rows_per_file` rows.
 
     Written with ``max_records_per_file=rows_per_file`` (`Lake.write`), each task's sorted rows
     are cut into files of at most `rows_per_file`: `rows` may be an estimate, even a low one,
     since it only chooses how many tasks share the work (one, without a shuffle, for few rows).
-    `held`: the write collects the rows and writes them here (`driver_write.is_small_write` of
-    its `rows_hint`), cutting one sorted run into files, so no range partitioning (a sampling
-    job of its own) is needed whatever their number.
+    `rows_hint`: the one the write is given. When that write collects the rows and writes them
+    here (`driver_write.is_small_write`), it cuts one sorted run into files, so no range
+    partitioning (a sampling job of its own) is needed whatever their number.
     """
     files = max(1, math.ceil(rows / rows_per_file))
-    spread = df.coalesce(1) if files == 1 or held else df.repartitionByRange(files, *keys)
+    one = files == 1 or driver_write.is_small_write(rows_hint)
+    spread = df.coalesce(1) if one else df.repartitionByRange(files, *keys)
     return spread.sortWithinPartitions(*keys)
 
 
@@ -141,8 +143,7 @@ def _merge(
     estimate = sum(f.num_records for f in candidates) + (rows or 0)
     hint = None if rows is None else estimate
     if rows_per_file:
-        merged = clustered(merged, keys, rows_per_file, estimate,
-                           held=driver_write.is_small_write(hint))
+        merged = clustered(merged, keys, rows_per_file, estimate, rows_hint=hint)
     elif small:
         merged = merged.coalesce(1)  # it stays one file, which the next upsert reads whole
     return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata,
@@ -166,7 +167,6 @@ def rewrite(
     count of rows)."""
     if rows_per_file:
         estimate = sum(f.num_records for f in files) if rows_hint is None else rows_hint
-        rows = clustered(rows, keys, rows_per_file, estimate,
-                         held=driver_write.is_small_write(rows_hint))
+        rows = clustered(rows, keys, rows_per_file, estimate, rows_hint=rows_hint)
     return lake.write(snapshot, rows, remove=files, txns=txns, metadata=metadata,
                       max_records_per_file=rows_per_file, rows_hint=rows_hint)
