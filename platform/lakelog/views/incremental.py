@@ -18,9 +18,9 @@ should be materialized as tables.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from collections import Counter
 from functools import reduce
 
 import pyarrow as pa
@@ -75,20 +75,15 @@ def touched_hours(
     for path, (since, until) in ranges.items():
         column = time_column(schemas[path])
         held = lake.changes_arrow(path, since + 1, until) if here else None
-        if held is not None and (column is None or pa.types.is_timestamp(held.schema.field(
-                column).type)):
-            if column is None:
-                if held.num_rows:
-                    return None
-                continue
-            found.update(_arrow_hours(held.column(column)))
-            continue
-        rows = changed_rows(lake, path, since, until)
-        if column is None:
-            if not rows.isEmpty():
+        if column is None:  # any changed row may belong to any hour
+            if (held.num_rows > 0 if held is not None
+                    else not changed_rows(lake, path, since, until).isEmpty()):
                 return None
-            continue
-        hours.append(rows.select(F.date_trunc("hour", F.col(column)).alias(HOUR)))
+        elif held is not None and pa.types.is_timestamp(held.schema.field(column).type):
+            found.update(_arrow_hours(held.column(column)))
+        else:
+            rows = changed_rows(lake, path, since, until)
+            hours.append(rows.select(F.date_trunc("hour", F.col(column)).alias(HOUR)))
     if hours:
         spread = reduce(DataFrame.unionByName, hours).where(F.col(HOUR).isNotNull()).groupBy(HOUR)
         found.update({utc(r[HOUR]): r["count"] for r in spread.count().collect()})

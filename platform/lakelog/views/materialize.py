@@ -131,14 +131,15 @@ def run_model(
         if state is None:
             return _full(lake, model, everything(), pinned, reason)
         ranges = {p: (state[p], v) for p, v in versions.items() if v > state[p]}
+        hourly = model.config.partition_by == "hour"
         try:
-            if model.config.partition_by == "hour":
+            if hourly:
                 found = touched_hours(lake, spark, ranges, {p: pinned[p].schema for p in ranges})
             else:
                 changes = {p: changed_rows(lake, p, *ranges[p]) for p in ranges}
         except ChangesUnavailableError as gone:  # e.g. vacuumed since the last run
             return _full(lake, model, everything(), pinned, f"rebuilt: {gone}")
-        if model.config.partition_by == "hour":
+        if hourly:
             if found is None:
                 return _full(lake, model, everything(), pinned,
                              "an input without a time column changed, so every hour may have")
