@@ -169,17 +169,36 @@ def outputs(
         return {**late, agg.windows.path: Changes(
             update.rows, update.deletes, read, rows_hint, replace=update.complete)}
     # Cut into two outputs, computed once.
-    rows = cached(update.rows)
+    rows, deletes = _computed_once(update.rows, update.deletes, agg.keys, cached)
     final = rows.where(F.col("is_final"))
     # A sliding row keeps its event's inputs, which the frames of later events are computed
     # from: a final row must stay in the state, as it must for a correction to merge into.
     if agg.late == "correct" or isinstance(agg.window, Sliding):
-        published = Changes(final, update.deletes)
-        kept = Changes(rows, update.deletes, read, rows_hint)
+        published = Changes(final, deletes)
+        kept = Changes(rows, deletes, read, rows_hint)
     else:
         gone = final.select(*agg.keys)
-        if update.deletes is not None:
-            gone = gone.unionByName(update.deletes.select(*agg.keys))
+        if deletes is not None:
+            gone = gone.unionByName(deletes.select(*agg.keys))
         published = Changes(final)
         kept = Changes(rows.where(~F.col("is_final")), gone, read, rows_hint)
     return {**late, agg.windows.path: published, agg.state.path: kept}
+
+
+_ABSORBED = "_lakelog_absorbed"
+
+
+def _computed_once(
+    rows: DataFrame, deletes: DataFrame | None, keys: Sequence[str],
+    cached: Callable[[DataFrame], DataFrame],
+) -> tuple[DataFrame, DataFrame | None]:
+    """`rows` and the `keys` of `deletes`, computed in one Spark job and kept (`cached`): the
+    sessions a batch absorbed (`deletes`) are found by a join of the stored sessions with the
+    events, which the rows are computed from too; kept apart, a write of the deletes ran that
+    join again."""
+    if deletes is None:
+        return cached(rows), None
+    flag = F.col(_ABSORBED)
+    both = cached(rows.withColumn(_ABSORBED, F.lit(False)).unionByName(
+        deletes.withColumn(_ABSORBED, F.lit(True)), allowMissingColumns=True))
+    return both.where(~flag).drop(_ABSORBED), both.where(flag).select(*keys)

@@ -38,6 +38,7 @@ KINDS = {
     "hopping": Hopping(size=timedelta(seconds=60), hop=timedelta(seconds=20)),
     "sliding": Sliding(timedelta(seconds=45)),
     "session": Session(timedelta(seconds=30)),
+    "session, final": Session(timedelta(seconds=30)),
 }
 
 
@@ -46,7 +47,7 @@ def expensive(records):
     return records["events"].where(F.col("amount") >= 2)
 
 
-#: Per window kind, an emit mode, whether events are `prepare`d (by a `prepare` that says it
+#: Per window kind (sessions twice: emit modes keep merged sessions apart), an emit mode, whether events are `prepare`d (by a `prepare` that says it
 #: keeps the records' times, or not), and a late policy: together every one of each. (A hopping
 #: record may be late for some of its windows only, so dropping it is not the same as leaving
 #: the record out: hopping windows correct.)
@@ -55,6 +56,7 @@ CASES = {
     "hopping": ("final", "keeps time", "correct"),
     "sliding": ("final", "prepares", "drop"),
     "session": ("update", None, "correct"),
+    "session, final": ("final", "keeps time", "drop"),  # open sessions merge in the state
 }
 
 

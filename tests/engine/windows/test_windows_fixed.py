@@ -138,18 +138,32 @@ def test_facts_known_from_statistics_say_late_whenever_a_pass_finds_late_events(
     assert (nothing.any_late, nothing.latest_us) == (False, None)
 
 
-@pytest.mark.parametrize("kind", [Hopping(MINUTE, timedelta(seconds=20)), Session(gap=MINUTE)])
+@pytest.mark.parametrize("kind", [Tumbling(MINUTE), Hopping(MINUTE, timedelta(seconds=20)),
+                                  Session(gap=MINUTE), Sliding(MINUTE)])
 def test_a_pass_over_prepared_events_finds_the_latest_time_of_all_records(spark, kind):
     """A `prepare` may drop records, and the watermark moves with every record: given the
-    records' times, the pass's `latest_us` is theirs, while its span stays the events'."""
+    records' times, the pass's `latest_us` is theirs, while everything else it finds is the
+    events' alone (the records it dropped, one without a time among them, are neither invalid
+    nor late events, nor windows)."""
     agg = WindowedAggregate("w", ("t",), kind, (Count("n"),), group_by=("g",))
-    rows = [("e1", 50, "a", 1.0, "u"), ("e2", 70, "a", 1.0, "u"), ("e3", 200, "b", 1.0, "u")]
+    rows = [("e1", 50, "a", 1.0, "u"), ("e2", 70, "a", 1.0, "u"), ("e3", 200, "b", 1.0, "u"),
+            ("e4", 10, "c", 1.0, "u"), ("e5", None, "c", 1.0, "u")]
     kept = events(spark, rows[:2])  # what a prepare left of them
     found = scan(agg, kept, watermark_before=at(40),
                  records=events(spark, rows).select("event_time"))
+    alone = scan(agg, kept, watermark_before=at(40))
     assert found.latest_us == to_us(at(200))
-    assert scan(agg, kept, watermark_before=at(40)).latest_us == to_us(at(70))
-    assert found.span_us == (to_us(at(50)), to_us(at(70)))
+    assert alone.latest_us == to_us(at(70))
+    assert found.span_us == alone.span_us == (to_us(at(50)), to_us(at(70)))
+    assert (found.any_late, found.any_invalid, found.windows) == (False, False, alone.windows)
+    # and when the events themselves are late and invalid, the records change nothing of it
+    dirty = events(spark, [rows[0], rows[3], rows[4]])
+    found = scan(agg, dirty, watermark_before=at(60),
+                 records=events(spark, rows).select("event_time"))
+    alone = scan(agg, dirty, watermark_before=at(60))
+    assert (found.any_late, found.any_invalid, found.windows, found.span_us) == (
+        True, True, alone.windows, alone.span_us)
+    assert found.latest_us == to_us(at(200))
 
 
 @pytest.mark.parametrize("kind", [Tumbling(MINUTE), Session(gap=MINUTE), Sliding(MINUTE)])
