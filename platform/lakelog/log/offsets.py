@@ -26,6 +26,7 @@ from pyspark.sql.window import Window
 from lakelog.errors import ConcurrentWriteError, UnknownTopicError
 from lakelog.lake import AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed
 from lakelog.lake.pages import LOG_PAGE_ROWS, PAGE_ROWS
+from lakelog.log import held_records
 from lakelog.log.held_batch import with_offsets
 from lakelog.log.topics import Topic
 
@@ -209,9 +210,13 @@ def _range_files(
 def read_offsets(
     lake: Lake, snapshot: Snapshot, ranges: Mapping[int, tuple[int, int]]
 ) -> DataFrame:
-    """Records with ``start <= offset < end`` per log partition; only overlapping files are read."""
+    """Records with ``start <= offset < end`` per log partition; only overlapping files are
+    read, by pyarrow when they are few (`lakelog.log.held_records`)."""
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
-    df = lake.read(snapshot, files=_range_files(snapshot, wanted))
+    files = _range_files(snapshot, wanted)
+    if held_records.holds(snapshot, files):
+        return held_records.records(lake, snapshot, files, wanted)
+    df = lake.read(snapshot, files=files)
     return df.where(_range_filter(wanted)) if wanted else df.limit(0)
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from datetime import timedelta
 
 import pytest
 from engine_helpers import BASE, make_topic
 from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
 
 from lakelog.errors import UnknownTopicError
-from lakelog.log import offsets
+from lakelog.log import held_records, offsets
 
 
 def envelope(spark, topic, ids, *, user=None):
@@ -100,6 +102,35 @@ def test_read_by_offset_range_reads_only_overlapping_files(lake, spark):
     assert sorted(r.offset for r in got.collect()) == list(range(12, 25))
     files = [f for f in snapshot.files() if f.overlaps("offset", 12, 24)]
     assert len(files) == 2 and len(snapshot.files()) == 4
+
+
+def test_a_held_read_of_offset_ranges_equals_sparks(lake, spark, topic, monkeypatch):
+    """`read_offsets` reads a few files' records by pyarrow (`held_records`): the same rows,
+    columns and types as Spark's read of the same files (nulls, a map, timestamps, every log
+    partition), over ranges that start and end inside files, span several, or are empty."""
+    for chunk in range(4):
+        rows = envelope(spark, topic, range(chunk * 15, chunk * 15 + 15))
+        rows = rows.withColumn("product_id", F.when(F.col("event_id") != "e7", F.col("product_id")))
+        do_append(lake, topic, rows)
+    snapshot = lake.snapshot(topic.path)
+    heads = {p: s.head for p, s in offsets.partition_states(snapshot, 3).items()}
+    rng = random.Random(7)
+    cases = [{p: (0, h) for p, h in heads.items()}, {0: (3, 3)}, {}]
+    for _ in range(6):
+        cases.append({p: tuple(sorted(rng.sample(range(h + 1), 2)))
+                      for p, h in heads.items() if rng.random() < 0.8 and h})
+    for ranges in cases:
+        files = offsets._range_files(snapshot, {p: r for p, r in ranges.items() if r[1] > r[0]})
+        assert held_records.holds(snapshot, files)
+        held = offsets.read_offsets(lake, snapshot, ranges)
+        monkeypatch.setattr(held_records, "HELD_RECORDS", 0)  # Spark's read
+        assert not held_records.holds(snapshot, files) or not files
+        by_spark = offsets.read_offsets(lake, snapshot, ranges)
+        monkeypatch.undo()
+        assert held.schema == by_spark.schema == snapshot.schema
+        assertDataFrameEqual(held, by_spark)
+        expected = sum(max(e - s, 0) for s, e in ranges.values())
+        assert held.count() == expected, ranges
 
 
 def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spark):
