@@ -91,4 +91,5 @@ def frame(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame
     if not table.num_rows:
         return spark.createDataFrame([], schema)
     df = spark.createDataFrame(table.select(schema.fieldNames()))
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name, metadata=f.metadata)
+                       for f in schema.fields])

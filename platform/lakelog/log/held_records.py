@@ -11,7 +11,8 @@ whose plan holds the rows (`held_read.frame`).
 
 The same rows as Spark's read: each file's rows in the ranges, and the file's log partition
 from the Delta log (a log is partitioned by an integer column, which Arrow fills as Spark does).
-Only ranges whose files hold few records and bytes qualify (`holds`).
+Only ranges whose files hold few records and bytes qualify (`holds`), and only while the rows
+read take few bytes.
 """
 
 from __future__ import annotations
@@ -20,22 +21,30 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from lakelog.lake import DataFile, Lake, Snapshot, held_read
+from lakelog.spark.session import has_required_conf
 
 #: The most records (those of the files that hold the ranges) and bytes of those files read
 #: here: a microbatch's worth, as many as a change feed handed to Spark as local rows.
 HELD_RECORDS = 50_000
 HELD_BYTES = 32 << 20
+#: The most bytes of the records read (Arrow, uncompressed) handed to Spark: more goes to
+#: Spark's read (at Spark Connect's default threshold, a local relation is still sent inside
+#: the plan rather than uploaded apart).
+HELD_ARROW_BYTES = 64 << 20
 
 PARTITION = "partition"
 
 
-def holds(snapshot: Snapshot, files: Sequence[DataFile]) -> bool:
-    """Whether the records of `files` (those holding a read's ranges) are read here."""
+def holds(spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]) -> bool:
+    """Whether the records of `files` (those holding a read's ranges) are read here: only for
+    a session lakelog built (`has_required_conf`), whose time zone is UTC, so that a
+    ``timestamp_ntz`` value Arrow hands to Spark cannot fall in a gap of a local time zone."""
     return (
-        snapshot.partition_columns == [PARTITION]
+        has_required_conf(spark)
+        and snapshot.partition_columns == [PARTITION]
         and sum(f.num_records for f in files) <= HELD_RECORDS
         and sum(f.size for f in files) <= HELD_BYTES
     )
@@ -44,9 +53,10 @@ def holds(snapshot: Snapshot, files: Sequence[DataFile]) -> bool:
 def records(
     lake: Lake, snapshot: Snapshot, files: Sequence[DataFile],
     ranges: Mapping[int, tuple[int, int]],
-) -> DataFrame:
+) -> DataFrame | None:
     """The records of `ranges` (per log partition, ``start <= offset < end``) in `files`, the
-    files that hold them, as a local relation in the log's schema."""
+    files that hold them, as a local relation in the log's schema; None when they take more
+    than `HELD_ARROW_BYTES` (read them by Spark)."""
     schema = snapshot.schema  # parsed from the Delta log on each access
     names = [n for n in schema.fieldNames() if n != PARTITION]
     parts = []
@@ -59,4 +69,6 @@ def records(
         parts.append(rows.append_column(PARTITION, pa.array([partition] * rows.num_rows,
                                                             pa.int32())))
     table = pa.concat_tables(parts) if parts else pa.table({})
+    if table.nbytes > HELD_ARROW_BYTES:
+        return None
     return held_read.frame(lake.spark, table, schema)

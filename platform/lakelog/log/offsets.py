@@ -214,8 +214,10 @@ def read_offsets(
     read, by pyarrow when they are few (`lakelog.log.held_records`)."""
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     files = _range_files(snapshot, wanted)
-    if held_records.holds(snapshot, files):
-        return held_records.records(lake, snapshot, files, wanted)
+    if held_records.holds(lake.spark, snapshot, files):
+        held = held_records.records(lake, snapshot, files, wanted)
+        if held is not None:
+            return held
     df = lake.read(snapshot, files=files)
     return df.where(_range_filter(wanted)) if wanted else df.limit(0)
 

@@ -109,15 +109,16 @@ _RECORD_US = "_lakelog_record_us"
 
 def _facts(
     frame: DataFrame, facts: Callable[[Column], dict[str, Column]], latest: Column,
-    records: DataFrame | None,
+    records: DataFrame | None, *, one_task: bool,
 ) -> Row:
     """One row of `facts` (given a column true on `frame`'s rows: an aggregate must count only
     those) and ``latest``: `latest` over `frame`, or the greatest time of `records` when given.
 
-    One task of one Spark job: the records' times are unioned under `frame`'s rows, where an
-    aggregate of each joined took four jobs over Spark Connect (each side's shuffle and final
-    aggregate under adaptive execution). One task reads a microbatch's rows (250,000 records
-    at most by default) in well under a second, where every job more costs tens of ms.
+    One Spark job: the records' times are unioned under `frame`'s rows, where an aggregate of
+    each joined took four jobs over Spark Connect (each side's shuffle and final aggregate under
+    adaptive execution). With `one_task`, for a microbatch's kept rows and records (250,000 at
+    most by default), in one task, which reads them in well under a second where every job
+    more costs tens of ms; otherwise (a replay's pass over a whole log) in parallel.
     """
     mine = F.col(_MINE)
     if records is not None:
@@ -127,7 +128,8 @@ def _facts(
     else:
         mine = F.lit(True)
     aggregates = [c.alias(name) for name, c in facts(mine).items()]
-    return frame.coalesce(1).agg(*aggregates, latest.alias("latest")).first()
+    return (frame.coalesce(1) if one_task else frame).agg(*aggregates,
+                                                          latest.alias("latest")).first()
 
 
 def scan(
@@ -158,7 +160,7 @@ def scan(
             "hi": F.max(F.when(mine & valid, F.col(T_US))),
             "late": F.max(mine & valid & late_event(_us(watermark_before))),
             "invalid": F.max(mine & ~valid),
-        }, F.max(T_US), records)
+        }, F.max(T_US), records, one_task=keep is not None)
         return Scanned(
             normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"],
             any_late=bool(span["late"]), any_invalid=bool(span["invalid"]),
@@ -172,7 +174,7 @@ def scan(
         "late": F.max(mine & windowed & final_at(end, _us(watermark_before))),
         "invalid": F.max(mine & ~windowed),
         "windows": F.count(F.when(mine & windowed, F.lit(1))),
-    }, F.max("_hi_us"), records)
+    }, F.max("_hi_us"), records, one_task=records is None or keep is not None)
     return Scanned(
         normalized,
         None if facts["lo"] is None else (facts["lo"], facts["hi"]),

@@ -121,16 +121,23 @@ def test_a_held_read_of_offset_ranges_equals_sparks(lake, spark, topic, monkeypa
                       for p, h in heads.items() if rng.random() < 0.8 and h})
     for ranges in cases:
         files = offsets._range_files(snapshot, {p: r for p, r in ranges.items() if r[1] > r[0]})
-        assert held_records.holds(snapshot, files)
+        assert held_records.holds(spark, snapshot, files)
         held = offsets.read_offsets(lake, snapshot, ranges)
         monkeypatch.setattr(held_records, "HELD_RECORDS", 0)  # Spark's read
-        assert not held_records.holds(snapshot, files) or not files
+        assert not held_records.holds(spark, snapshot, files) or not files
         by_spark = offsets.read_offsets(lake, snapshot, ranges)
         monkeypatch.undo()
         assert held.schema == by_spark.schema == snapshot.schema
         assertDataFrameEqual(held, by_spark)
         expected = sum(max(e - s, 0) for s, e in ranges.values())
         assert held.count() == expected, ranges
+    # Records that take more memory than the held read allows are read by Spark.
+    every = {p: (0, h) for p, h in heads.items()}
+    files = offsets._range_files(snapshot, every)
+    assert held_records.records(lake, snapshot, files, every) is not None
+    monkeypatch.setattr(held_records, "HELD_ARROW_BYTES", 0)
+    assert held_records.records(lake, snapshot, files, every) is None
+    assert offsets.read_offsets(lake, snapshot, every).count() == sum(heads.values())
 
 
 def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spark):
