@@ -1,9 +1,9 @@
 """A microbatch's records read from the log in this process and handed to Spark as local rows.
 
 Read by Spark, a batch's offset ranges are a scan of the log files that hold them, filtered by
-partition and offset; every query that uses the records plans that scan again (over Spark
-Connect, on the server, each time: the files looked up, their footers read), and a batch's
-records take part in several (its first pass, its outputs). For a few thousand records that
+partition and offset; every query that uses the records plans that scan again (the files
+looked up; over Spark Connect, on the server, each time) and runs it in tasks that open the
+files, and a batch's records take part in several queries (its first pass, its outputs). For a few thousand records that
 costs more than the records: a session-window batch that read its events again in each query
 instead of keeping them took 1.7 s against 1.4 s (`bench_pipeline.py --parts kinds`). Read by
 pyarrow (the files' row groups pruned by their offset statistics) they are a local relation,
