@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -126,3 +127,14 @@ def change(op, key, *, lsn, commit=None, name=None, ts=1_772_366_400_000):
         "source": {"connector": "postgresql", "name": "shop", "ts_ms": ts, "snapshot": "false",
                    "table": "customers", "lsn": lsn, "commit_lsn": commit or lsn},
     })
+
+
+@contextmanager
+def session_time_zone(spark, zone: str):
+    """`spark`'s session time zone set to `zone` for a while, as in a session a user built."""
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)

@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from lakelog.errors import SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
-from lakelog.lake import change_feed, data_files, delta_commit, driver_write, forgetting
+from lakelog.lake import change_feed, data_files, delta_commit, driver_write, forgetting, held_read
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
@@ -264,8 +264,8 @@ class EmbeddedLake:
         table = table.select(snapshot.schema.fieldNames())
         groups = driver_write.groups(table, snapshot.partition_columns) if table.num_rows else []
         if groups is None:  # a partition value Spark would escape: Spark names its folder
-            return self.write(snapshot, self.spark.createDataFrame(table), remove=removed,
-                              txns=txns, metadata=metadata,
+            rows = held_read.frame(self.spark, table, snapshot.schema)
+            return self.write(snapshot, rows, remove=removed, txns=txns, metadata=metadata,
                               max_records_per_file=max_records_per_file)
         adds = data_files.write_arrow(self.fs, self.fs_path(snapshot.path), snapshot, groups,
                                       max_records_per_file)

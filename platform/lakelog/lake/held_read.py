@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType, DataType, DoubleType, FloatType, MapType, StringType, StructType,
 )
@@ -87,9 +86,12 @@ def rows(lake: Lake, snapshot: Snapshot, table: pa.Table | None = None) -> DataF
 
 
 def frame(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
-    """Arrow rows as a DataFrame (a local relation) of `schema`'s columns and types."""
+    """Arrow rows as a DataFrame (a local relation) of `schema`'s columns, types and metadata.
+
+    Given the schema, Spark reads each Arrow column as the type it is to have: a
+    ``timestamp_ntz`` column stays a wall-clock time. Left to infer types, it takes a zone-less
+    Arrow timestamp for a local time of the session's zone, which fails for a time that a
+    daylight-saving gap skips there (2:30 on the day clocks go forward)."""
     if not table.num_rows:
         return spark.createDataFrame([], schema)
-    df = spark.createDataFrame(table.select(schema.fieldNames()))
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name, metadata=f.metadata)
-                       for f in schema.fields])
+    return spark.createDataFrame(table.select(schema.fieldNames()), schema)

@@ -21,10 +21,9 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from lakelog.lake import DataFile, Lake, Snapshot, held_read
-from lakelog.spark.session import has_required_conf
 
 #: The most records (those of the files that hold the ranges) and bytes of those files read
 #: here: a microbatch's worth, as many as a change feed handed to Spark as local rows.
@@ -38,13 +37,10 @@ HELD_ARROW_BYTES = 64 << 20
 PARTITION = "partition"
 
 
-def holds(spark: SparkSession, snapshot: Snapshot, files: Sequence[DataFile]) -> bool:
-    """Whether the records of `files` (those holding a read's ranges) are read here: only for
-    a session lakelog built (`has_required_conf`), whose time zone is UTC, so that a
-    ``timestamp_ntz`` value Arrow hands to Spark cannot fall in a gap of a local time zone."""
+def holds(snapshot: Snapshot, files: Sequence[DataFile]) -> bool:
+    """Whether the records of `files` (those holding a read's ranges) are read here."""
     return (
-        has_required_conf(spark)
-        and snapshot.partition_columns == [PARTITION]
+        snapshot.partition_columns == [PARTITION]
         and sum(f.num_records for f in files) <= HELD_RECORDS
         and sum(f.size for f in files) <= HELD_BYTES
     )

@@ -214,7 +214,7 @@ def read_offsets(
     read, by pyarrow when they are few (`lakelog.log.held_records`)."""
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     files = _range_files(snapshot, wanted)
-    if held_records.holds(lake.spark, snapshot, files):
+    if held_records.holds(snapshot, files):
         held = held_records.records(lake, snapshot, files, wanted)
         if held is not None:
             return held

@@ -3,10 +3,11 @@ read gives: newest version per key, ties to the first file, nulls, types and all
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pyarrow as pa
+from engine_helpers import session_time_zone
 from pyspark.sql import types as T
 
 from lakelog.lake import base, held_read
@@ -94,3 +95,32 @@ def test_which_key_types_arrow_compares_as_spark_does():
                    T.ArrayType(T.LongType()), T.MapType(T.StringType(), T.LongType()),
                    T.StructType([T.StructField("a", T.LongType())])):
         assert not held_read.compared_alike(unlike), unlike
+
+
+def test_wall_clock_times_in_a_session_zone_that_skips_them(spark, lake):
+    """``timestamp_ntz`` values handed to Spark from this process stay the wall-clock times
+    they are in a session (one lakelog did not build) whose zone has no such times: New York's
+    clocks skip from 2:00 to 3:00 on 2026-03-08. Both the rows read here and rows written
+    through Spark because Spark escapes their partition value in a folder's name."""
+    local = T.StructType([T.StructField("local", T.TimestampNTZType())])
+    schema = T.StructType([T.StructField("k", T.LongType()), T.StructField("p", T.StringType()),
+                           T.StructField("local", T.TimestampNTZType()),
+                           T.StructField("at", T.TimestampType()),
+                           T.StructField("nested", local)])
+    gap = datetime(2026, 3, 8, 2, 30)
+    times = [gap + timedelta(minutes=20 * i) for i in range(4)]  # 2:30 to 3:30
+    given = [{"k": i, "p": "a:b", "local": t, "at": AT, "nested": {"local": t}}
+             for i, t in enumerate(times)]
+    with session_time_zone(spark, "America/New_York"):
+        for name, parts in (("here", []), ("escaped", ["p"])):
+            lake.create_table(name, schema, partition_by=parts)
+            snapshot = lake.snapshot(name)
+            lake.write_table(snapshot, pa.Table.from_pylist(given, schema=snapshot.arrow_schema))
+        read = lake.read(lake.snapshot("escaped")).collect()  # written by Spark
+        assert sorted((r.local, r.nested.local) for r in read) == [(t, t) for t in times]
+        snapshot = lake.snapshot("here")  # written by pyarrow, read here
+        assert held_read.holds(snapshot)
+        held = held_read.rows(lake, snapshot)
+        assert held.schema == schema
+        assert rows_of(held) == rows_of(lake.read(snapshot))
+        assert sorted(r.local for r in held.collect()) == times

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import random
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
-from engine_helpers import BASE, make_topic
+from engine_helpers import BASE, make_topic, session_time_zone
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from lakelog.errors import UnknownTopicError
 from lakelog.log import held_records, offsets
+from lakelog.log.topics import Topic
 
 
 def envelope(spark, topic, ids, *, user=None):
@@ -121,10 +123,10 @@ def test_a_held_read_of_offset_ranges_equals_sparks(lake, spark, topic, monkeypa
                       for p, h in heads.items() if rng.random() < 0.8 and h})
     for ranges in cases:
         files = offsets._range_files(snapshot, {p: r for p, r in ranges.items() if r[1] > r[0]})
-        assert held_records.holds(spark, snapshot, files)
+        assert held_records.holds(snapshot, files)
         held = offsets.read_offsets(lake, snapshot, ranges)
         monkeypatch.setattr(held_records, "HELD_RECORDS", 0)  # Spark's read
-        assert not held_records.holds(spark, snapshot, files) or not files
+        assert not held_records.holds(snapshot, files) or not files
         by_spark = offsets.read_offsets(lake, snapshot, ranges)
         monkeypatch.undo()
         assert held.schema == by_spark.schema == snapshot.schema
@@ -138,6 +140,35 @@ def test_a_held_read_of_offset_ranges_equals_sparks(lake, spark, topic, monkeypa
     monkeypatch.setattr(held_records, "HELD_ARROW_BYTES", 0)
     assert held_records.records(lake, snapshot, files, every) is None
     assert offsets.read_offsets(lake, snapshot, every).count() == sum(heads.values())
+
+
+def test_a_held_read_keeps_wall_clock_times_in_a_zone_that_skips_them(lake, spark, monkeypatch):
+    """A log's ``timestamp_ntz`` values read by pyarrow are the wall-clock times Spark reads,
+    in a session (one lakelog did not build) whose time zone has no such times: New York's
+    clocks skip from 2:00 to 3:00 on 2026-03-08."""
+    schema = T.StructType([T.StructField("event_id", T.StringType()),
+                           T.StructField("user_id", T.StringType()),
+                           T.StructField("local_time", T.TimestampNTZType())])
+    topic = Topic("local_times", schema, key="user_id", partitions=2)
+    gap = datetime(2026, 3, 8, 2, 0)
+    rows = spark.createDataFrame(
+        [(f"u{i % 3}", f"e{i}", f"u{i % 3}", gap + timedelta(minutes=10 * i), BASE, {}, f"{i:03d}")
+         for i in range(8)],
+        "key string, event_id string, user_id string, local_time timestamp_ntz, "
+        "event_time timestamp, headers map<string,string>, _order string")
+    do_append(lake, topic, rows.withColumn("ingest_time", F.col("event_time")))
+    snapshot = lake.snapshot(topic.path)
+    every = {p: (0, s.head) for p, s in offsets.partition_states(snapshot, 2).items()}
+    files = offsets._range_files(snapshot, every)
+    with session_time_zone(spark, "America/New_York"):
+        assert held_records.holds(snapshot, files)
+        held = offsets.read_offsets(lake, snapshot, every)
+        monkeypatch.setattr(held_records, "HELD_RECORDS", 0)  # Spark's read
+        by_spark = offsets.read_offsets(lake, snapshot, every)
+        assert held.schema == by_spark.schema == snapshot.schema
+        assertDataFrameEqual(held, by_spark)
+        assert sorted(r.local_time for r in held.collect()) == [
+            gap + timedelta(minutes=10 * i) for i in range(8)]
 
 
 def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spark):
