@@ -20,6 +20,9 @@ NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
 
 #: Columns every topic table has besides the payload; they cannot be payload field names.
 RESERVED = ("partition", "offset", "key", "event_time", "headers", "ingest_time")
+#: Columns lakelog adds to records while it works on them (a bad line's error and text in an
+#: ingest batch, `lakelog.log.held_batch`; markers and indices elsewhere) start so.
+RESERVED_PREFIX = "_lakelog_"
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,10 @@ class Topic:
         for reserved in RESERVED:
             if reserved in names:
                 raise ConfigError(f"topic {self.name}: {reserved!r} is a reserved column name")
+        for name in names:
+            if name.lower().startswith(RESERVED_PREFIX):
+                raise ConfigError(f"topic {self.name}: {name!r} starts with {RESERVED_PREFIX!r}, "
+                                  "which names lakelog's own working columns")
         if self.event_id != "event_id" and "event_id" in names:
             raise ConfigError(f"topic {self.name}: 'event_id' is reserved for the event id")
         if self.time:
