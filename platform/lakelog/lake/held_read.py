@@ -42,10 +42,10 @@ def holds(snapshot: Snapshot) -> bool:
     if merge is None:
         return True
     types = {f.name: f.dataType for f in snapshot.schema.fields}
-    return all(compared_alike(types.get(c)) for c in (*merge.keys, merge.newer_by))
+    return all(c in types and compared_alike(types[c]) for c in (*merge.keys, merge.newer_by))
 
 
-def compared_alike(data_type: DataType | None) -> bool:
+def compared_alike(data_type: DataType) -> bool:
     """Whether Arrow (and Python) group and compare values of `data_type` as Spark does: not
     floating point (Spark normalizes -0.0 and NaN), nested types (Arrow does not group by them,
     Python does not hash them) or strings of a collation (which may make "A" and "a" equal)."""

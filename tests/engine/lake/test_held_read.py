@@ -84,6 +84,9 @@ def test_which_tables_are_read_here(spark, lake, monkeypatch):
                            T.StructField("pos", T.LongType())])
     lake.create_table("nested", nested, properties=MergeKeys(("k",), "pos").properties())
     assert not held_read.holds(lake.snapshot("nested"))  # Arrow groups by no struct
+    # A key that names no column as it is spelled: Spark finds "K" (case-insensitive), Arrow not.
+    lake.create_table("spelled", SCHEMA, properties=MergeKeys(("K",), "pos").properties())
+    assert not held_read.holds(lake.snapshot("spelled"))
     assert isinstance(held_read.current_table(lake, lake.snapshot("small")), pa.Table)
 
 
