@@ -275,7 +275,7 @@ def install_breakdown() -> Breakdown:
     from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
     from pyspark.sql.readwriter import DataFrameWriter
 
-    from lakelog.consumers import backlog, batch, checkpoints
+    from lakelog.consumers import backlog, batch, checkpoints, writes
     from lakelog.lake import upsert
     from lakelog.lake.delta_snapshot import DeltaSnapshot
     from lakelog.log import landing, records
@@ -299,13 +299,14 @@ def install_breakdown() -> Breakdown:
         (checkpoints, "save_commit"),
         (batch, "make_plan"),
         (backlog, "positions"),
-        (batch, "_write_output"),
+        (writes, "collected"),
+        (writes, "write_output"),
         (upsert, "upsert"),
         (upsert, "candidate_files"),
     ]:
         b.patch_function(module, name)
-    for name in ("snapshot", "read", "write", "_write_files", "_commit", "write_rows",
-                 "read_arrow", "create_table", "exists", "list_files", "history"):
+    for name in ("snapshot", "read", "write", "write_table", "_write_files", "_commit",
+                 "write_rows", "read_arrow", "create_table", "exists", "list_files", "history"):
         b.patch_method(EmbeddedLake, name)
     b.patch_method(DeltaSnapshot, "files")
     b.patch_method(ClassicDataFrame, "collect", "spark.DataFrame.collect (actions)")

@@ -9,7 +9,8 @@ One microbatch, in this order (DESIGN "Exactly-once microbatches"):
 2. **process** — read the planned ranges and run the consumer's transform with Spark.
 3. **write** — commit each output as one Delta transaction carrying the application transaction
    ``(lakelog.consumer:<name>, batch)``; an output that already holds that version (the batch
-   was written before a crash) is skipped.
+   was written before a crash) is skipped. The rows of the writes done in this process are
+   collected first, all outputs' by one query (`lakelog.consumers.writes`).
 4. **commit** — advance the committed offsets to the plan's ends and clear the plan.
 
 A crash anywhere is followed by a retry that finishes the same batch: nothing lost, nothing twice.
@@ -22,18 +23,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from pyspark.sql import DataFrame
-
-from lakelog.consumers import checkpoints
+from lakelog.consumers import checkpoints, writes
 from lakelog.consumers.backlog import positions
 from lakelog.consumers.checkpoints import Checkpoint, Plan, TopicPartition
-from lakelog.consumers.consumer import BatchInput, Changes, Consumer, Output
+from lakelog.consumers.consumer import BatchInput, Consumer, Output
 from lakelog.consumers.units import Unit, refuse_if_grouped
 from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.lake.merge_on_read import merge_keys
 from lakelog.lake.squash import ensure_layout
-from lakelog.lake.upsert import clustered, rewrite, upsert
 from lakelog.log.offsets import ensure_topic_table, range_stats, read_offsets, topic_snapshot
 from lakelog.log.topics import Topic
 
@@ -229,9 +227,12 @@ def _process(
             produced = consumer.transform(batch)
             txns = [p.txn for p in group]
             metadata = {"lakelog.batch": {"batch": batch.batch, "records": count}}
+            # The rows of the outputs written in this process, collected by one query.
+            collected = writes.collected(snapshots, pending, produced, records=count)
             for output in pending:  # step 3
-                _write_output(lake, snapshots[output.path], output, produced[output.path],
-                              _txns(consumer, output, txns), metadata, records=count)
+                writes.write_output(lake, snapshots[output.path], output, produced[output.path],
+                                    _txns(consumer, output, txns), metadata, records=count,
+                                    collected=collected.get(output.path))
     finally:
         batch.release()
 
@@ -244,48 +245,3 @@ def _txns(consumer: Consumer, output: Output, txns: list[AppTxn]) -> list[AppTxn
     if consumer.members and output.keys:
         return [*txns, AppTxn(f"lakelog.group:{consumer.name}", max(t.version for t in txns))]
     return txns
-
-
-def _write_output(
-    lake: Lake,
-    snapshot: Snapshot,
-    output: Output,
-    df: DataFrame | Changes | None,
-    txns: list[AppTxn],
-    metadata: dict[str, Any],
-    *,
-    records: int,
-) -> None:
-    """Commit against `snapshot`: if another run committed this batch since, this one fails."""
-    if df is None:  # nothing to write: commit the batch's transaction alone
-        lake.write(snapshot, None, txns=txns, metadata=metadata)
-        return
-    changes = df if isinstance(df, Changes) else Changes(df)
-    hint = changes.rows_hint or records  # about one row per record at most, unless told
-    if changes.replace:
-        if changes.files is None or changes.deletes is not None:
-            raise ConfigError(f"output {output.path}: a replacing write names its files, no deletes")
-        # The files' rows and about one per record, unless told: few are written by pyarrow.
-        stored = sum(f.num_records for f in changes.files)
-        rewrite(lake, snapshot, changes.rows, files=changes.files, keys=output.keys,
-                rows_per_file=output.rows_per_file, rows_hint=changes.rows_hint or stored + records,
-                txns=txns, metadata=metadata)
-    elif output.merge_on_read:
-        if changes.deletes is not None or changes.files is not None:
-            raise ConfigError(f"output {output.path} is merge-on-read: it takes new versions "
-                              "of rows, not deletes or files to replace")
-        rows = changes.rows
-        if output.rows_per_file:  # at most one row per record; usually one sorted file
-            rows = clustered(rows, output.keys, output.rows_per_file, hint, rows_hint=hint)
-        lake.write(snapshot, rows, txns=txns, metadata=metadata,
-                   max_records_per_file=output.rows_per_file, rows_hint=hint)
-    elif output.keys:
-        upsert(
-            lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
-            rows_per_file=output.rows_per_file, deletes=changes.deletes,
-            candidates=changes.files, rows_hint=hint, txns=txns, metadata=metadata,
-        )
-    elif changes.deletes is not None:
-        raise ConfigError(f"output {output.path} has no keys, so nothing can be deleted from it")
-    else:
-        lake.write(snapshot, changes.rows, txns=txns, metadata=metadata, rows_hint=hint)

@@ -25,7 +25,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
-from pyspark.sql.types import StructType
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType, DataType, MapType, StructField, StructType, UserDefinedType, VariantType,
+)
 
 from lakelog.errors import SchemaMismatchError
 from lakelog.lake import pages
@@ -62,6 +65,67 @@ def collect(df: DataFrame) -> tuple[pa.Table, StructType]:
         table, schema = df._to_table()
         return table, schema if schema is not None else df.schema  # a server that sent none
     return df.toArrow(), df.schema
+
+
+_WHICH = "_lakelog_which"
+
+
+def collect_together(frames: Sequence[DataFrame]) -> list[tuple[pa.Table, StructType]]:
+    """Each frame's rows as Arrow, and their Spark schema (`collect`), by one query.
+
+    A microbatch's outputs are often cut from one frame (`BatchInput.cached`): collected one by
+    one, each is a job and, over Spark Connect, a round trip of its own. Here each frame's rows
+    become one struct column of a union (null in the other frames' rows; over Spark Connect no
+    schema is looked up), a tag says which, and the rows are cut apart again, each frame's in
+    its own order. The rows come back as wide as all the frames together: for few rows.
+    """
+    connect = len(frames) > 1 and over_connect(frames[0])
+    if len(frames) < 2 or not connect and not all(_nullable_all(df.schema) for df in frames):
+        return [collect(df) for df in frames]
+    union = None
+    for i, df in enumerate(frames):
+        row = F.struct("*")
+        if not connect:
+            # A classic `toArrow` casts the rows to their schema, and Arrow refuses a null struct
+            # whose fields may not be null: every field nullable (a local look-up here).
+            row = row.cast(_nullable(df.schema))
+        branch = df.select(F.lit(i).alias(_WHICH), row.alias(f"{_WHICH}_{i}"))
+        union = branch if union is None else union.unionByName(branch, allowMissingColumns=True)
+    assert union is not None
+    table, schema = collect(union)
+    which = table[_WHICH]
+    found = []
+    for i, df in enumerate(frames):
+        rows = table[f"{_WHICH}_{i}"].filter(pc.equal(which, i))
+        fields = [rows.type.field(j) for j in range(rows.type.num_fields)]
+        shape = schema[f"{_WHICH}_{i}"].dataType if connect else df.schema
+        assert isinstance(shape, StructType)
+        found.append((pa.Table.from_arrays(rows.flatten(), schema=pa.schema(fields)), shape))
+    return found
+
+
+def _nullable_all(data_type: DataType) -> bool:
+    """Whether `_nullable` makes every field of `data_type` nullable in Arrow: not so for a
+    user-defined type or a variant, whose Arrow fields pyspark sets itself."""
+    if isinstance(data_type, StructType):
+        return all(_nullable_all(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _nullable_all(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return _nullable_all(data_type.keyType) and _nullable_all(data_type.valueType)
+    return not isinstance(data_type, (UserDefinedType, VariantType))
+
+
+def _nullable(data_type: DataType) -> DataType:
+    """`data_type` with every field, element and value nullable, at every depth."""
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True)
+                           for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+    return data_type
 
 
 def checked(snapshot: Snapshot, actual: StructType) -> StructType:

@@ -4,7 +4,8 @@ Merged by Spark, a microbatch's upsert (`lakelog.lake.upsert`) is a plan of join
 rows against the deletes, the incoming rows against the stored versions (`newer_by`), the stored
 rows against the winners — each a broadcast or a shuffle, each a Spark job of its own under
 adaptive execution, for a few hundred rows. Here the incoming rows and the keys to delete come
-back in one Spark job (`driver_write.collect`), the candidate files are read by pyarrow, and the
+back in one Spark job (`driver_write.collect`; or with a microbatch's other outputs,
+`lakelog.consumers.writes`), the candidate files are read by pyarrow, and the
 joins are Arrow hash joins on the key columns alone (the rows are then taken by index, so any
 column type rides along).
 
@@ -81,11 +82,15 @@ def merge(
     deletes: DataFrame | None,
     txns: Sequence[AppTxn],
     metadata: Mapping[str, Any] | None,
+    collected: tuple[pa.Table, StructType] | None = None,
 ) -> int:
     """`lakelog.lake.upsert`'s commit, merged here: `candidates` replaced by their rows with
-    `incoming` merged in and the keys of `deletes` taken out."""
+    `incoming` merged in and the keys of `deletes` taken out. `collected`: the rows of
+    `collected_frame` when the caller collected them already (with other frames, in one job)."""
     keys = list(keys)
-    rows, gone = _collected(snapshot, incoming, deletes, keys)
+    if collected is None:
+        collected = driver_write.collect(collected_frame(snapshot, incoming, deletes, keys))
+    rows, gone = _split(snapshot, *collected, keys, deleting=deletes is not None)
     stored = lake.read_arrow(snapshot, files=candidates)
     # Nullable throughout, as Spark's rows are: a cast to a non-null field would refuse a null.
     schema = pa.schema([f.with_nullable(True) for f in stored.schema])
@@ -102,10 +107,11 @@ def merge(
                             max_records_per_file=rows_per_file)
 
 
-def _collected(
-    snapshot: Snapshot, incoming: DataFrame, deletes: DataFrame | None, keys: list[str]
-) -> tuple[pa.Table, pa.Table | None]:
-    """The incoming rows, in the table's columns, and the keys to delete: one Spark job."""
+def collected_frame(
+    snapshot: Snapshot, incoming: DataFrame, deletes: DataFrame | None, keys: Sequence[str]
+) -> DataFrame:
+    """The incoming rows, in the table's columns, and the keys to delete, flagged: what `merge`
+    collects (one Spark job)."""
     schema = snapshot.schema  # parsed from the Delta log on each access
     frame = incoming.select(*schema.fieldNames(), F.lit(False).alias(_DELETE))
     if deletes is not None:
@@ -115,12 +121,19 @@ def _collected(
         typed = [F.col(k).try_cast(schema[k].dataType).alias(k) for k in keys]
         frame = frame.unionByName(deletes.select(*typed, F.lit(True).alias(_DELETE)),
                                   allowMissingColumns=True)
-    table, actual = driver_write.collect(frame)
+    return frame
+
+
+def _split(
+    snapshot: Snapshot, table: pa.Table, actual: StructType, keys: list[str], *, deleting: bool,
+) -> tuple[pa.Table, pa.Table | None]:
+    """The collected `collected_frame`: the incoming rows, conformed to the table, and the keys
+    to delete (None when there were no deletes)."""
     flagged = table[_DELETE]
     rows = table.filter(pc.invert(flagged)).drop_columns([_DELETE])
     actual = StructType([f for f in actual.fields if f.name != _DELETE])
     rows = driver_write.conformed(snapshot, rows, actual)
-    return rows, None if deletes is None else table.filter(flagged).select(keys)
+    return rows, table.filter(flagged).select(keys) if deleting else None
 
 
 def _indexed(table: pa.Table, columns: list[str]) -> pa.Table:

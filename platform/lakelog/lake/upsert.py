@@ -13,8 +13,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write, held_merge
 from lakelog.lake.base import is_small, overlapping
@@ -29,6 +31,29 @@ def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) ->
     first = keys[0]
     bounds = rows.agg(F.min(first).alias("lo"), F.max(first).alias("hi")).first()
     return overlapping(files, first, bounds["lo"], bounds["hi"])
+
+
+def held_rows(
+    snapshot: Snapshot,
+    rows: DataFrame,
+    *,
+    keys: Sequence[str],
+    newer_by: str | None = None,
+    deletes: DataFrame | None = None,
+    candidates: Sequence[DataFile] | None = None,
+    rows_hint: int | None = None,
+) -> DataFrame | None:
+    """The frame an `upsert` with these arguments collects to merge its rows here
+    (`held_merge`), for a caller that collects it with others in one job
+    (`driver_write.collect_together`) and hands the rows back as `upsert`'s `collected`; None
+    when the upsert merges by Spark or passes over its rows first."""
+    files = snapshot.files()
+    if candidates is None and not is_small(files):
+        return None
+    chosen = files if candidates is None else candidates
+    if not held_merge.holds(snapshot, chosen, rows_hint, keys=keys, newer_by=newer_by):
+        return None
+    return held_merge.collected_frame(snapshot, rows, deletes, keys)
 
 
 def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -70,6 +95,7 @@ def upsert(
     rows_hint: int | None = None,
     txns: Sequence[AppTxn] = (),
     metadata: Mapping[str, Any] | None = None,
+    collected: tuple[pa.Table, StructType] | None = None,
 ) -> int:
     """Replace the rows of `rows`' keys (inserting new keys) in one commit.
 
@@ -83,6 +109,8 @@ def upsert(
     of the keys in `rows` and `deletes`, and `rows_hint` about how many rows `rows` has (to size
     the files); the upsert then skips its own pass over `rows` to find the key range and count.
     A small table (`is_small`) needs no pass either: all of it is rewritten.
+
+    `collected`: the rows of `held_rows`' frame for the same arguments, collected already.
     """
     incoming = rows.select(*snapshot.schema.fieldNames())
     files = snapshot.files()
@@ -90,7 +118,8 @@ def upsert(
                "deletes": deletes, "small": is_small(files), "txns": txns, "metadata": metadata}
     if candidates is not None or is_small(files):
         return _merge(lake, snapshot, incoming, files if candidates is None else candidates,
-                      rows_hint, **options)
+                      rows_hint, collected=collected, **options)
+    assert collected is None, "an upsert that first passes over its rows collected nothing"
     incoming = incoming.persist()  # read twice: by the pass and by the write
     try:
         first = keys[0]
@@ -122,13 +151,15 @@ def _merge(
     small: bool,
     txns: Sequence[AppTxn],
     metadata: Mapping[str, Any] | None,
+    collected: tuple[pa.Table, StructType] | None = None,
 ) -> int:
     """`upsert`'s commit: `candidates` rewritten with `incoming` (about `rows` rows) merged in;
-    by `lakelog.lake.held_merge` when the rows are few."""
-    if held_merge.holds(snapshot, candidates, rows, keys=keys, newer_by=newer_by):
+    by `lakelog.lake.held_merge` when the rows are few (or were `collected` for it)."""
+    if collected is not None or held_merge.holds(snapshot, candidates, rows, keys=keys,
+                                                 newer_by=newer_by):
         return held_merge.merge(lake, snapshot, incoming, candidates, keys=keys,
                                 newer_by=newer_by, rows_per_file=rows_per_file, deletes=deletes,
-                                txns=txns, metadata=metadata)
+                                txns=txns, metadata=metadata, collected=collected)
     existing = lake.read(snapshot, files=candidates)
     if deletes is not None:
         existing = existing.join(deletes.select(*keys).distinct(), list(keys), "left_anti")

@@ -15,7 +15,7 @@ from lakelog.consumers import BatchInput, Consumer, Output
 from lakelog.consumers import checkpoints, resets
 from lakelog.consumers.checkpoints import Checkpoint
 from lakelog.errors import ConcurrentWriteError, ConfigError, ConsumerBusyError
-from lakelog.lake import EmbeddedLake
+from lakelog.lake import EmbeddedLake, driver_write
 from lakelog.log import ingest
 
 COPY = Output(
@@ -95,6 +95,45 @@ def test_runs_until_caught_up_exactly_once(lake, loaded):
     assert_exactly_once(lake)
     assert all(p.lag == 0 for p in consumers.lag(lake, consumer, loaded))
     assert consumers.run_batch(lake, consumer, loaded, now=clock()) is None
+
+
+def test_a_batchs_writes_done_here_collect_their_rows_in_one_spark_job(lake, loaded,
+                                                                       monkeypatch):
+    """The copy (an append) and the counts (an upsert merged here) of a batch are collected in
+    one Spark job (`driver_write.collect_together`), and written as each alone would be."""
+    collects = []
+    alone = driver_write.collect
+
+    def counted(df):
+        collects.append(df)
+        return alone(df)
+
+    monkeypatch.setattr(driver_write, "collect", counted)
+    consumer = make_consumer(max_records=100)
+    assert consumers.run_batch(lake, consumer, loaded, now=clock()).records == 40
+    assert len(collects) == 1
+    assert_exactly_once(lake)
+
+
+def test_an_output_that_fails_raises_its_own_error_after_the_writes_before_it(lake, loaded):
+    """When the query collecting a batch's outputs together fails, each write collects its own
+    rows: the outputs before the one at fault commit, as they would alone, and it raises its
+    own error; the retry, the fault mended, finishes the same batch."""
+    def failing(batch):
+        produced = transform(batch)
+        counts = produced[COUNTS.path]
+        produced[COUNTS.path] = counts.withColumn("n", F.when(
+            F.col("n") > 0, F.raise_error(F.lit("no counts today"))).otherwise(F.col("n")))
+        return produced
+
+    with pytest.raises(Exception, match="no counts today"):
+        consumers.run_batch(lake, make_consumer(max_records=100, fn=failing), loaded, now=clock())
+    assert lake.read(lake.snapshot(COPY.path)).count() == 40
+    assert lake.read(lake.snapshot(COUNTS.path)).count() == 0
+    results = consumers.run_until_caught_up(lake, make_consumer(max_records=100), loaded,
+                                            now=clock)
+    assert results[0].resumed and results[0].outputs_written == (COUNTS.path,)
+    assert_exactly_once(lake)
 
 
 def test_lag_counts_unconsumed_records(lake, loaded):

@@ -92,3 +92,24 @@ def test_only_a_known_small_write_is_collected():
     assert driver_write.is_small_write(0) and driver_write.is_small_write(50_000)
     assert not driver_write.is_small_write(None)
     assert not driver_write.is_small_write(driver_write.SMALL_WRITE_ROWS + 1)
+
+
+def test_frames_collected_together_are_each_collected_alone(spark):
+    """`collect_together` gives each frame the rows (in its order), values and Spark schema
+    that collecting it alone gives: fields that may not be null inside structs, arrays and
+    maps (null in the other frames' rows of the union), timestamps, decimals, no rows."""
+    nested = spark.range(6).select(
+        F.struct(F.col("id").alias("n"), F.array(F.col("id")).alias("ids")).alias("s"),
+        F.create_map(F.lit("k"), F.struct(F.col("id").alias("v"))).alias("m"),
+        F.lit(START).alias("at"))
+    frames = [frame(spark, 12).orderBy(F.col("id").desc()), nested,
+              spark.range(0).withColumnRenamed("id", "nothing"), frame(spark, 3).select("id")]
+    together = driver_write.collect_together(frames)
+    assert len(together) == len(frames)
+    for (table, schema), df in zip(together, frames):
+        alone, alone_schema = driver_write.collect(df)
+        assert schema == alone_schema
+        assert table.column_names == alone.column_names
+        assert table.cast(alone.schema).equals(alone)  # in a classic session: all nullable
+    assert together[0][0]["id"].to_pylist() == list(range(11, -1, -1))
+    assert together[1][0]["s"].to_pylist()[2] == {"n": 2, "ids": [2]}

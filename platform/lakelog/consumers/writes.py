@@ -1,0 +1,126 @@
+"""A microbatch's writes of its outputs (step 3 of `lakelog.consumers.batch`), each one commit.
+
+The rows of the writes done in this process (a small append, an upsert merged here,
+`lakelog.lake.held_merge`) are collected first, all of them by one query
+(`driver_write.collect_together`): a batch's outputs are often cut from one frame, and
+collected output by output, each was a job and, over Spark Connect, a round trip of its own.
+The writes then commit one by one, in the consumer's order, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+from lakelog.consumers.consumer import Changes, Output
+from lakelog.errors import ConfigError
+from lakelog.lake import AppTxn, Lake, Snapshot, driver_write
+from lakelog.lake.upsert import clustered, held_rows, rewrite, upsert
+
+
+def collected(
+    snapshots: Mapping[str, Snapshot],
+    pending: Sequence[Output],
+    produced: Mapping[str, DataFrame | Changes | None],
+    *,
+    records: int,
+) -> dict[str, tuple[pa.Table, StructType]]:
+    """The rows of the `pending` outputs written here (`held_frame`), per output path,
+    collected by one query; none when fewer than two are (one collects as it writes).
+
+    Only while their estimated rows together are a small write's (`is_small_write`): each row
+    of the query carries every output's columns, null but for its own. A query that fails
+    collects nothing: each write then collects its own rows, and the output at fault raises
+    its own error.
+    """
+    frames, hints = {}, 0
+    for output in pending:
+        found = held_frame(snapshots[output.path], output, produced[output.path],
+                           records=records)
+        if found is not None:
+            frames[output.path], hint = found
+            hints += hint
+    if len(frames) < 2 or not driver_write.is_small_write(hints):
+        return {}
+    try:
+        return dict(zip(frames, driver_write.collect_together(list(frames.values()))))
+    except PySparkException:
+        return {}
+
+
+def held_frame(
+    snapshot: Snapshot, output: Output, df: DataFrame | Changes | None, *, records: int,
+) -> tuple[DataFrame, int] | None:
+    """The frame `write_output` collects to write `df` here, and about how many rows it has: a
+    small append's rows, or what an upsert merged here collects
+    (`lakelog.lake.upsert.held_rows`); None for a write by Spark."""
+    if df is None:
+        return None
+    changes = df if isinstance(df, Changes) else Changes(df)
+    hint = changes.rows_hint or records  # as `write_output` estimates it
+    if changes.replace or output.merge_on_read:
+        return None
+    if output.keys:
+        frame = held_rows(snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
+                          deletes=changes.deletes, candidates=changes.files, rows_hint=hint)
+        return None if frame is None else (frame, hint)
+    if changes.deletes is None and driver_write.is_small_write(hint):
+        return changes.rows, hint
+    return None
+
+
+def write_output(
+    lake: Lake,
+    snapshot: Snapshot,
+    output: Output,
+    df: DataFrame | Changes | None,
+    txns: list[AppTxn],
+    metadata: dict[str, Any],
+    *,
+    records: int,
+    collected: tuple[pa.Table, StructType] | None = None,
+) -> None:
+    """Commit `df`, the output's rows of a batch of `records` records, against `snapshot`: if
+    another run committed this batch since, this one fails. `collected`: the rows of
+    `held_frame`'s frame, collected already."""
+    if df is None:  # nothing to write: commit the batch's transaction alone
+        lake.write(snapshot, None, txns=txns, metadata=metadata)
+        return
+    changes = df if isinstance(df, Changes) else Changes(df)
+    hint = changes.rows_hint or records  # about one row per record at most, unless told
+    if changes.replace:
+        if changes.files is None or changes.deletes is not None:
+            raise ConfigError(f"output {output.path}: a replacing write names its files, no deletes")
+        # The files' rows and about one per record, unless told: few are written by pyarrow.
+        stored = sum(f.num_records for f in changes.files)
+        rewrite(lake, snapshot, changes.rows, files=changes.files, keys=output.keys,
+                rows_per_file=output.rows_per_file, rows_hint=changes.rows_hint or stored + records,
+                txns=txns, metadata=metadata)
+    elif output.merge_on_read:
+        if changes.deletes is not None or changes.files is not None:
+            raise ConfigError(f"output {output.path} is merge-on-read: it takes new versions "
+                              "of rows, not deletes or files to replace")
+        rows = changes.rows
+        if output.rows_per_file:  # at most one row per record; usually one sorted file
+            rows = clustered(rows, output.keys, output.rows_per_file, hint, rows_hint=hint)
+        lake.write(snapshot, rows, txns=txns, metadata=metadata,
+                   max_records_per_file=output.rows_per_file, rows_hint=hint)
+    elif output.keys:
+        upsert(
+            lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
+            rows_per_file=output.rows_per_file, deletes=changes.deletes,
+            candidates=changes.files, rows_hint=hint, txns=txns, metadata=metadata,
+            collected=collected,
+        )
+    elif changes.deletes is not None:
+        raise ConfigError(f"output {output.path} has no keys, so nothing can be deleted from it")
+    elif collected is not None:
+        lake.write_table(snapshot, driver_write.conformed(snapshot, *collected), txns=txns,
+                         metadata=metadata)
+    else:
+        lake.write(snapshot, changes.rows, txns=txns, metadata=metadata, rows_hint=hint)
