@@ -60,7 +60,9 @@ def measure(lake: EmbeddedLake, work: SparkWork, consumer, args) -> dict:
             if result is None:
                 return summarize(runs)
             found["records"] = result.records
-            found.pop("sites", None)
+            if "sites" in found:  # round trips (count, seconds) by lakelog call site
+                found["sites"] = {" ".join(map(str, k)) if isinstance(k, tuple) else str(k): v
+                                  for k, v in found["sites"].items()}
             runs[way].append(found)
     return summarize(runs)
 
@@ -72,7 +74,8 @@ def summarize(runs: dict[str, list[dict]]) -> dict:
         out[way] = {
             "median_s": round(statistics.median(seconds), 3) if seconds else None,
             "seconds": [round(s, 3) for s in seconds],
-            **{key: [f[key] for f in found] for key in ("round_trips", "spark_jobs", "records")
+            **{key: [f[key] for f in found]
+               for key in ("round_trips", "spark_jobs", "records", "sites")
                if found and key in found[0]},
         }
     return out
