@@ -49,7 +49,8 @@ class HistoryTable(ChangelogTable):
         new = change_rows(batch.records[self.topic.name], self.row, self.key)
         snapshot = batch.outputs[self.path]
         files = candidate_files(snapshot, new, self.key)
-        stored = batch.lake.read(snapshot, files=files, keys=new.select(*self.key).distinct())
+        stored = batch.lake.read(snapshot, files=files, keys=new.select(*self.key).distinct(),
+                                 key_columns=self.key)
         # The files read hold every stored version of the batch's keys: they are rewritten.
         return {self.path: Changes(versions(stored, new, self.row, self.key), files=files)}
 

@@ -127,7 +127,7 @@ class TableJoin:
         )
         snapshot = batch.outputs[self.output.path]
         files = candidate_files(snapshot, touched, keys)
-        stored = batch.lake.read(snapshot, files=files, keys=touched.distinct())
+        stored = batch.lake.read(snapshot, files=files, keys=touched.distinct(), key_columns=keys)
         rejected = _rejected(self.facts.name, facts.where(~_complete(fact_key)), batch.batch)
         rejected = rejected.unionByName(
             _rejected(self.table.topic.name, changes.where(~_complete(change_key)), batch.batch)

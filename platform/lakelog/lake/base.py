@@ -141,11 +141,14 @@ class Lake(Protocol):
         *,
         files: Sequence[DataFile] | None = None,
         keys: DataFrame | None = None,
+        key_columns: Sequence[str] | None = None,
         all_versions: bool = False,
         file_paths: bool = False,
     ) -> DataFrame:
         """The snapshot's rows (or only those of `files`; only those whose key columns match a
-        row of `keys`), read by Spark from the Parquet files.
+        row of `keys`), read by Spark from the Parquet files. `key_columns`: the columns of
+        `keys`, when the caller knows them (else they are looked up: over Spark Connect, a round
+        trip); a merge-on-read table matches its merge keys.
 
         A merge-on-read table (`lakelog.lake.merge_on_read`) gives each key's current row only,
         unless `all_versions`. With `file_paths`, every row (all versions) and the path of its

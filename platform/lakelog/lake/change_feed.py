@@ -129,6 +129,7 @@ def spark(lake: EmbeddedLake, path: str, start: int, end: int | None = None) -> 
     if before is not None:
         ends.require(holding(before))
     return net_changes(
-        before=None if before is None else lake.read(before, files=holding(before), keys=touched),
-        after=lake.read(after, files=holding(after), keys=touched),
+        before=None if before is None else lake.read(before, files=holding(before), keys=touched,
+                                                     key_columns=keys),
+        after=lake.read(after, files=holding(after), keys=touched, key_columns=keys),
         version=after.version, timestamp=ends.timestamp())

@@ -153,6 +153,7 @@ class EmbeddedLake:
         *,
         files: Sequence[DataFile] | None = None,
         keys: DataFrame | None = None,
+        key_columns: Sequence[str] | None = None,
         all_versions: bool = False,
         file_paths: bool = False,
     ) -> DataFrame:
@@ -160,7 +161,9 @@ class EmbeddedLake:
         if merge is None or all_versions or file_paths:
             chosen = snapshot.files() if files is None else files
             rows = self._read_files(snapshot, chosen, with_file=file_paths, full_path=True)
-            return rows if keys is None else rows.join(keys, keys.columns, "left_semi")
+            if keys is None:
+                return rows
+            return rows.join(keys, list(key_columns or keys.columns), "left_semi")
 
         def read_files(chosen: Sequence[DataFile]) -> DataFrame:
             return self._read_files(snapshot, chosen, with_file=True)

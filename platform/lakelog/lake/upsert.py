@@ -59,7 +59,7 @@ def held_rows(
 def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     """The table's rows with a key of `rows`, reading only the candidate files."""
     return lake.read(snapshot, files=candidate_files(snapshot, rows, keys),
-                     keys=rows.select(*keys).distinct())
+                     keys=rows.select(*keys).distinct(), key_columns=keys)
 
 
 def clustered(

@@ -277,3 +277,16 @@ def test_a_table_is_checkpointed_every_ten_commits(lake, spark, tmp_path):
     log = tmp_path / "lake" / "t" / "_delta_log"
     assert list(log.glob("*.checkpoint.parquet"))  # delta-rs writes it after version 9
     assert sorted(r.id for r in lake.read(lake.snapshot("t")).collect()) == list(range(11))
+
+
+def test_a_read_of_some_keys_matches_the_columns_named(lake, spark):
+    """`read(keys=...)` keeps the rows whose key columns match a row of `keys`: the columns
+    `key_columns` names (the caller knows them: no look-up), else all of `keys`' columns."""
+    lake.create_table("t", SCHEMA)
+    lake.write(lake.snapshot("t"), rows(spark, range(6)).unionByName(rows(spark, [2], 1)))
+    snapshot = lake.snapshot("t")
+    wanted = spark.createDataFrame([(2, 0), (4, 0), (7, 0)], "id long, part int")
+    both = sorted((r.part, r.id) for r in lake.read(snapshot, keys=wanted).collect())
+    assert both == [(0, 2), (0, 4)]
+    by_id = lake.read(snapshot, keys=wanted, key_columns=["id"]).collect()
+    assert sorted((r.part, r.id) for r in by_id) == [(0, 2), (0, 4), (1, 2)]

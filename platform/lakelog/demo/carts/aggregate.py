@@ -113,7 +113,8 @@ class CartAggregate:
             )
         commands = fold.commands(batch.records[self.topic])
         files = candidate_files(stored, commands, KEY)
-        prior = batch.lake.read(stored, files=files, keys=commands.select(*KEY).distinct())
+        prior = batch.lake.read(stored, files=files, keys=commands.select(*KEY).distinct(),
+                                key_columns=KEY)
         # Computed once, by the first write: four outputs are cut from it.
         folded = batch.cached(
             fold.fold(commands, prior, topic=self.topic, snapshot_every=self.snapshot_every)
