@@ -38,6 +38,8 @@ def collected(
     collects nothing: each write then collects its own rows, and the output at fault raises
     its own error.
     """
+    if len(pending) < 2:  # nothing to collect together
+        return {}
     frames, hints = {}, 0
     for output in pending:
         found = held_frame(snapshots[output.path], output, produced[output.path],
@@ -61,8 +63,7 @@ def held_frame(
     (`lakelog.lake.upsert.held_rows`); None for a write by Spark."""
     if df is None:
         return None
-    changes = df if isinstance(df, Changes) else Changes(df)
-    hint = changes.rows_hint or records  # as `write_output` estimates it
+    changes, hint = _changes(df, records)
     if changes.replace or output.merge_on_read:
         return None
     if output.keys:
@@ -91,8 +92,7 @@ def write_output(
     if df is None:  # nothing to write: commit the batch's transaction alone
         lake.write(snapshot, None, txns=txns, metadata=metadata)
         return
-    changes = df if isinstance(df, Changes) else Changes(df)
-    hint = changes.rows_hint or records  # about one row per record at most, unless told
+    changes, hint = _changes(df, records)
     if changes.replace:
         if changes.files is None or changes.deletes is not None:
             raise ConfigError(f"output {output.path}: a replacing write names its files, no deletes")
@@ -124,3 +124,10 @@ def write_output(
                          metadata=metadata)
     else:
         lake.write(snapshot, changes.rows, txns=txns, metadata=metadata, rows_hint=hint)
+
+
+def _changes(df: DataFrame | Changes, records: int) -> tuple[Changes, int]:
+    """`df` as `Changes`, and about how many rows it writes: as many as its `rows_hint` says,
+    else about one per record of the batch at most."""
+    changes = df if isinstance(df, Changes) else Changes(df)
+    return changes, changes.rows_hint or records

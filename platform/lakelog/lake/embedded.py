@@ -264,10 +264,11 @@ class EmbeddedLake:
     ) -> int:
         """Rows already in this process written by pyarrow into the table's partition folders
         and committed with `removed` (no rows: no file)."""
-        table = table.select(snapshot.schema.fieldNames())
+        schema = snapshot.schema  # parsed from the Delta log on each access
+        table = table.select(schema.fieldNames())
         groups = driver_write.groups(table, snapshot.partition_columns) if table.num_rows else []
         if groups is None:  # a partition value Spark would escape: Spark names its folder
-            rows = held_read.frame(self.spark, table, snapshot.schema)
+            rows = held_read.frame(self.spark, table, schema)
             return self.write(snapshot, rows, remove=removed, txns=txns, metadata=metadata,
                               max_records_per_file=max_records_per_file)
         adds = data_files.write_arrow(self.fs, self.fs_path(snapshot.path), snapshot, groups,

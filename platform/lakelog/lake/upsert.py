@@ -47,13 +47,22 @@ def held_rows(
     (`held_merge`), for a caller that collects it with others in one job
     (`driver_write.collect_together`) and hands the rows back as `upsert`'s `collected`; None
     when the upsert merges by Spark or passes over its rows first."""
-    files = snapshot.files()
-    if candidates is None and not is_small(files):
-        return None
-    chosen = files if candidates is None else candidates
-    if not held_merge.holds(snapshot, chosen, rows_hint, keys=keys, newer_by=newer_by):
+    known = _known_candidates(snapshot, candidates)
+    if known is None or not held_merge.holds(snapshot, known, rows_hint, keys=keys,
+                                             newer_by=newer_by):
         return None
     return held_merge.collected_frame(snapshot, rows, deletes, keys)
+
+
+def _known_candidates(
+    snapshot: Snapshot, candidates: Sequence[DataFile] | None
+) -> Sequence[DataFile] | None:
+    """The files an upsert rewrites without a pass over its rows: the caller's `candidates`,
+    else all of a small table's (`is_small`); None when a pass must find them."""
+    if candidates is not None:
+        return candidates
+    files = snapshot.files()
+    return files if is_small(files) else None
 
 
 def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -116,9 +125,9 @@ def upsert(
     files = snapshot.files()
     options = {"keys": keys, "newer_by": newer_by, "rows_per_file": rows_per_file,
                "deletes": deletes, "small": is_small(files), "txns": txns, "metadata": metadata}
-    if candidates is not None or is_small(files):
-        return _merge(lake, snapshot, incoming, files if candidates is None else candidates,
-                      rows_hint, collected=collected, **options)
+    known = _known_candidates(snapshot, candidates)
+    if known is not None:
+        return _merge(lake, snapshot, incoming, known, rows_hint, collected=collected, **options)
     assert collected is None, "an upsert that first passes over its rows collected nothing"
     incoming = incoming.persist()  # read twice: by the pass and by the write
     try:

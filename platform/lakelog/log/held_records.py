@@ -3,11 +3,11 @@
 Read by Spark, a batch's offset ranges are a scan of the log files that hold them, filtered by
 partition and offset; every query that uses the records plans that scan again (the files
 looked up; over Spark Connect, on the server, each time) and runs it in tasks that open the
-files, and a batch's records take part in several queries (its first pass, its outputs). For a few thousand records that
-costs more than the records: a session-window batch that read its events again in each query
-instead of keeping them took 1.7 s against 1.4 s (`bench_pipeline.py --parts kinds`). Read by
-pyarrow (the files' row groups pruned by their offset statistics) they are a local relation,
-whose plan holds the rows (`held_read.frame`).
+files, and a batch's records take part in several queries (its first pass, its outputs). For
+a few thousand records that costs more than the records: a session-window batch that read its
+events again in each query instead of keeping them took 1.7 s against 1.4 s
+(`bench_pipeline.py --parts kinds`). Read by pyarrow (the files' row groups pruned by their
+offset statistics) they are a local relation, whose plan holds the rows (`held_read.frame`).
 
 The same rows as Spark's read: each file's rows in the ranges, and the file's log partition
 from the Delta log (a log is partitioned by an integer column, which Arrow fills as Spark does).
