@@ -42,6 +42,7 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from lakelog.joins.side import trailer
+from lakelog.log.records import record_json
 
 if TYPE_CHECKING:
     from lakelog.joins.window_join import WindowJoin
@@ -209,7 +210,7 @@ def _as_buffer(join: WindowJoin, records: DataFrame, which: Which) -> DataFrame:
         F.lit(True).alias("_new"),
         F.col("partition").alias("_partition"),
         F.col("offset").alias("_offset"),
-        F.to_json(F.struct(*records.columns)).alias("_record"),
+        record_json().alias("_record"),
     )
 
 

@@ -39,6 +39,7 @@ from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
 from lakelog.joins.side import check_columns, check_name
 from lakelog.lake.upsert import candidate_files
+from lakelog.log.records import record_json
 from lakelog.log.topics import Topic
 
 MONEY = T.DecimalType(18, 2)
@@ -207,6 +208,6 @@ def combine(
 def _rejected(topic: str, records: DataFrame, batch: int) -> DataFrame:
     return records.select(
         F.lit(topic).alias("topic"), "partition", "offset", "event_id", "event_time",
-        F.lit("null_key").alias("reason"), F.to_json(F.struct(*records.columns)).alias("record"),
+        F.lit("null_key").alias("reason"), record_json().alias("record"),
         F.lit(batch).cast("long").alias("batch"),
     )

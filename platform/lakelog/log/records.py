@@ -105,6 +105,13 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
 INGEST_TIME = "_ingest_time"
 
 
+def record_json() -> Column:
+    """The whole record as JSON text (a late or rejected table's `record`): every column of the
+    frame it is selected from, by a star, so that no schema is asked of Spark (a round trip
+    over Spark Connect)."""
+    return F.to_json(F.struct("*"))
+
+
 def event_time(topic: Topic) -> Column:
     """The corrected event time of a parsed record (see `EventTime`); the ingest time if none."""
     typed = F.col("_typed")

@@ -38,6 +38,7 @@ from pyspark.sql import types as T
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.consumers.watermarks import to_us, watermark_of
 from lakelog.log.offsets import RangeStats
+from lakelog.log.records import record_json
 from lakelog.patterns.matcher import Compiled, find
 from lakelog.patterns.pattern import Pattern
 
@@ -171,7 +172,7 @@ def _events(p: Pattern, index: int, records: DataFrame, before: datetime | None,
         late_before.alias("_late"),
         F.lit(topic).alias("topic"), "event_id", "event_time",
         F.lit(before).cast("timestamp").alias("watermark"),
-        F.to_json(F.struct(*records.columns)).alias("record"),
+        record_json().alias("record"),
         F.lit(batch).cast("long").alias("batch"),
     )
 
