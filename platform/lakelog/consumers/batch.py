@@ -207,16 +207,17 @@ def _process(
     """Steps 2 and 3 for units that go together: read their ranges, transform, and write each
     pending output once with all their transactions."""
     ranges = {tp: r for p in group for tp, r in p.plan.ranges.items()}
-    records, stats = {}, {}
+    records, stats, schemas = {}, {}, {}
     for name in consumer.topics:  # step 2
         mine = {part: r for (t, part), r in ranges.items() if t == name}
         log = topic_snapshot(lake, topic_map[name])
         records[name] = read_offsets(lake, log, mine)
-        stats[name] = range_stats(log, mine)
+        stats[name], schemas[name] = range_stats(log, mine), log.schema
     planned_at = max(p.checkpoint.updated_at or now for p in group)  # a retry: the same time
     batch = BatchInput(
         lake, max(p.plan.batch for p in group), records, snapshots, now=planned_at,
         state=group[0].checkpoint.state if len(group) == 1 else {}, stats=stats,
+        schemas=schemas,
     )
     count = sum(p.plan.records for p in group)
     try:

@@ -91,7 +91,8 @@ class BatchInput:
     `transform` (e.g. a pass over the records both need); it is never committed. `stats` are,
     per topic, what file statistics say of the batch's records (`lakelog.log.offsets.RangeStats`), or
     None where only a read of the records can tell: facts a transform takes from them cost no
-    Spark job.
+    Spark job. `schemas` are, per topic, the records' schema as the log's metadata gives it
+    (empty: not known), so a transform need not ask Spark for it.
     """
 
     lake: Lake
@@ -103,6 +104,7 @@ class BatchInput:
     next_state: Mapping[str, Any] = field(default_factory=dict)
     scratch: dict[str, Any] = field(default_factory=dict)
     stats: Mapping[str, RangeStats | None] = field(default_factory=dict)
+    schemas: Mapping[str, T.StructType] = field(default_factory=dict)
 
     def current(self, output: Output) -> DataFrame:
         return self.lake.read(self.outputs[output.path])

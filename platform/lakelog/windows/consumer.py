@@ -39,6 +39,7 @@ from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
 from lakelog.lake.base import is_small
 from lakelog.log.offsets import RangeStats
+from lakelog.windows.frames import check_events, needed_columns
 from lakelog.windows.kinds import Sliding
 from lakelog.windows.pruning import files_to_read
 from lakelog.windows.updates import Scanned, Update, apply_batch, known, scan
@@ -64,11 +65,33 @@ def build_consumer(agg: WindowedAggregate) -> Consumer:
     )
 
 
-def prepared(agg: WindowedAggregate, records: Mapping[str, DataFrame]) -> DataFrame:
-    """The batch's events: `prepare` of the records, or the single topic's records."""
+#: `prepare`s found to make the columns an aggregate needs, with the needed columns and the
+#: records' schemas they were given: of records of the same columns a `prepare` makes the same
+#: columns, and asking Spark for a prepared frame's columns is a round trip over Spark Connect.
+_CHECKED: set[tuple[Any, ...]] = set()
+
+
+def prepared(
+    agg: WindowedAggregate, records: Mapping[str, DataFrame],
+    schemas: Mapping[str, T.StructType] | None = None,
+) -> DataFrame:
+    """The batch's events: `prepare` of the records, or the single topic's records, checked to
+    have the columns the aggregate needs (`frames.check_events`). Given the records' `schemas`
+    (`BatchInput.schemas`), the records' columns are known without asking Spark, and a
+    `prepare`'s are asked once per needed columns and schemas."""
+    known = schemas is not None and all(t in schemas for t in agg.topics)
     if agg.prepare is None:
-        return records[agg.topics[0]]
-    return agg.prepare(records)
+        events = records[agg.topics[0]]
+        check_events(agg, events, schemas[agg.topics[0]].fieldNames() if known else None)
+        return events
+    events = agg.prepare(records)
+    key = (agg.prepare, needed_columns(agg),
+           *(schemas[t].json() for t in agg.topics)) if known else None
+    if key is None or key not in _CHECKED:
+        check_events(agg, events)
+        if key is not None:
+            _CHECKED.add(key)
+    return events
 
 
 def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
@@ -80,8 +103,8 @@ def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     else:  # one pass over the events, for both steps, which also finds the records' latest time
         times = None if agg.prepare is None else reduce(
             DataFrame.unionByName, [r.select("event_time") for r in batch.records.values()])
-        scanned = scan(agg, prepared(agg, batch.records), keep=batch.cached, records=times,
-                       watermark_before=watermark_of(batch.state))
+        scanned = scan(agg, prepared(agg, batch.records, batch.schemas), keep=batch.cached,
+                       records=times, watermark_before=watermark_of(batch.state))
         batch.scratch[SCANNED] = scanned
         latest_us = scanned.latest_us
     latest = None if latest_us is None else from_us(latest_us)
@@ -99,7 +122,7 @@ def _scanned(agg: WindowedAggregate, batch: BatchInput, *, small: bool) -> Scann
     if SCANNED in batch.scratch:
         return batch.scratch[SCANNED]
     stats = RangeStats.combined(batch.stats.values())
-    events = prepared(agg, batch.records)
+    events = prepared(agg, batch.records, batch.schemas)
     if stats is not None and not stats.records:  # an idle tick: no event, and no Spark job
         return known(agg, events, span_us=None, watermark_before=before, any_invalid=False)
     same_times = agg.prepare is None or agg.prepare_keeps_time

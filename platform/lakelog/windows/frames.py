@@ -9,6 +9,7 @@ table rows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, WindowSpec
@@ -66,15 +67,25 @@ def merged(agg: WindowedAggregate) -> list[Column]:
     ]
 
 
-def check_events(agg: WindowedAggregate, events: DataFrame) -> None:
-    """Fail clearly when `prepare` did not produce the columns the aggregate needs."""
+def needed_columns(agg: WindowedAggregate) -> tuple[str, ...]:
+    """The columns the aggregate reads of its events."""
     needed = ["event_id", "event_time", *agg.group_names]
     needed += [a.column for a in agg.aggregates if a.column is not None]
-    missing = [c for c in dict.fromkeys(needed) if c not in events.columns]
+    return tuple(dict.fromkeys(needed))
+
+
+def check_events(
+    agg: WindowedAggregate, events: DataFrame, columns: Sequence[str] | None = None
+) -> None:
+    """Fail clearly when `prepare` did not produce the columns the aggregate needs. `columns`
+    are the events' columns when known; else they are asked of Spark (over Spark Connect an
+    analysis of the events' plan, a round trip)."""
+    have = list(events.columns if columns is None else columns)
+    missing = [c for c in needed_columns(agg) if c not in have]
     if missing:
         raise ConfigError(
             f"windowed aggregate {agg.name}: the prepared events lack columns "
-            f"{', '.join(missing)} (they have {', '.join(events.columns)})"
+            f"{', '.join(missing)} (they have {', '.join(have)})"
         )
 
 
@@ -92,8 +103,8 @@ def invalid_reason(agg: WindowedAggregate) -> Column:
 
 def normalize(agg: WindowedAggregate, events: DataFrame) -> DataFrame:
     """Events with ``event_id``, ``event_time``, typed group-by columns, ``_t_us``, the inputs
-    and ``_invalid`` (why the event has no window, else null)."""
-    check_events(agg, events)
+    and ``_invalid`` (why the event has no window, else null). The events have the columns the
+    aggregate needs (`check_events`)."""
     return events.select(
         F.col("event_id").cast("string").alias("event_id"),
         F.col("event_time").cast("timestamp").alias("event_time"),

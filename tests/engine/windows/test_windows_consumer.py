@@ -16,11 +16,14 @@ from engine_helpers import BASE, CrashAfterCommit, record
 from lakelog import consumers
 from lakelog.consumers import BatchInput, checkpoints
 from lakelog.consumers.watermarks import Watermark, watermark_of
+from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, already_committed
 from lakelog.log import ingest
 from lakelog.log.offsets import RangeStats, ensure_topic_table, read_offsets, topic_snapshot
 from lakelog.windows import Count, Session, Sum, Tumbling, WindowedAggregate
+from lakelog.windows import consumer as window_consumer
 from lakelog.windows.consumer import _scanned
+from lakelog.windows.frames import check_events
 
 SECOND = timedelta(seconds=1)
 
@@ -143,3 +146,51 @@ def test_an_idle_tick_reads_no_events(spark, lake, topic, now):
     assert watermark_of(state) is not None  # so a lateness check would have had to look
     assert (found.span_us, found.latest_us, found.any_late, kept) == (None, None, False, [])
     batch.release()
+
+
+def test_a_prepare_that_lacks_a_needed_column_fails_its_batch_clearly(spark, lake, topic, now):
+    """The batch raises a `ConfigError` naming the column, and commits nothing: a fixed
+    `prepare` then takes the same records."""
+    def declare(prepare):
+        return WindowedAggregate(
+            "lacking", (topic.name,), Tumbling(timedelta(minutes=1)), (Count("n"),),
+            group_by=("product_id",), prepare=prepare, prepare_keeps_time=True,
+        )
+
+    produce(lake, spark, topic, [record(0), record(1)], now)
+    broken = declare(lambda records: records[topic.name].drop("product_id"))
+    with pytest.raises(ConfigError, match="lack columns product_id"):
+        consumers.run_batch(lake, broken.consumer, {topic.name: topic}, now=now)
+    assert not lake.exists(broken.windows.path) or table(lake, broken.windows.path).count() == 0
+
+    fixed = declare(lambda records: records[topic.name])
+    done = consumers.run_batch(lake, fixed.consumer, {topic.name: topic}, now=now)
+    assert done.records == 2
+    assert table(lake, fixed.windows.path).groupBy().sum("n").first()[0] == 2
+
+
+def test_a_batch_knows_its_records_columns_and_checks_a_prepare_once(
+    spark, lake, topic, now, monkeypatch
+):
+    """The records' columns come from the log's schema, and a `prepare`'s columns are asked of
+    Spark (a round trip over Spark Connect) once for records of the same schema, not each
+    batch."""
+    asked = []
+
+    def counting(agg, events, columns=None):
+        asked.append((agg.name, columns is None))
+        return check_events(agg, events, columns)
+
+    monkeypatch.setattr(window_consumer, "check_events", counting)
+    plain = WindowedAggregate("plain", (topic.name,), Tumbling(timedelta(minutes=1)),
+                              (Count("n"),), group_by=("product_id",))
+    prepared = WindowedAggregate(
+        "prepared", (topic.name,), Tumbling(timedelta(minutes=1)), (Count("n"),),
+        group_by=("product_id",), prepare=lambda records: records[topic.name],
+        prepare_keeps_time=True,
+    )
+    for i in range(2):
+        produce(lake, spark, topic, [record(i)], now + i * SECOND)
+        for agg in (plain, prepared):
+            consumers.run_batch(lake, agg.consumer, {topic.name: topic}, now=now + i * SECOND)
+    assert asked == [("plain", False), ("prepared", True), ("plain", False)]
