@@ -20,6 +20,7 @@ from lakelog.lake import DataFile, Lake, Snapshot
 from lakelog.lake.merge_on_read import MergeKeys
 from lakelog.log.offsets import RangeStats
 from lakelog.log.topics import Topic
+from lakelog.spark import local_checkpoints
 
 NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,99}$")
 
@@ -125,10 +126,11 @@ class BatchInput:
         return kept
 
     def release(self) -> None:
-        """Free the rows `cached` kept, now: left to Spark's cleaner, they stay until the JVM
-        collects the frames, and meanwhile spill to disk (hundreds of MB in a measured loop)."""
+        """Let go of the rows `cached` kept, once the batch's writes are done
+        (`lakelog.spark.local_checkpoints.free`): left to Spark's cleaner, they stay until the
+        JVM collects them, and meanwhile spill to disk (hundreds of MB in a measured loop)."""
         for df in self.scratch.pop(_CACHED, []):
-            df.unpersist()
+            local_checkpoints.free(df)
 
 
 _CACHED = "lakelog.cached"

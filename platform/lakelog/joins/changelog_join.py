@@ -129,11 +129,12 @@ class ChangelogJoin:
             stored.select(*STATE_KEY, F.col("_position").alias("_stored")), list(STATE_KEY),
             "left",
         ).where(F.col("_stored").isNull() | (F.col("_position") > F.col("_stored")))
-        # Computed once, each a few rows: every output below is cut from these two.
-        winners = winners.drop("_stored").withColumn("_group", _group()).localCheckpoint()
+        # Computed once, each a few rows: every output below is cut from these two (kept until
+        # the batch's writes are done: `BatchInput.cached`).
+        winners = batch.cached(winners.drop("_stored").withColumn("_group", _group()))
         replaced = stored.join(winners.select(*STATE_KEY), list(STATE_KEY), "left_semi")
         touched = winners.select("_group").unionByName(replaced.select("_group"))
-        before = stored.join(touched.distinct(), "_group", "left_semi").localCheckpoint()
+        before = batch.cached(stored.join(touched.distinct(), "_group", "left_semi"))
         after = before.join(winners.select(*STATE_KEY), list(STATE_KEY), "left_anti").unionByName(
             winners
         )
