@@ -40,7 +40,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from bench_common import SPARK_CODEGEN, spark_codegen
-from bench_common import cpu_seconds
+from bench_common import cpu_seconds, jit_cpu_seconds
 
 from lakelog.spark.server import (
     DEFAULT_JAVA_OPTIONS, ServerConfig, ensure_running, status, stop,
@@ -55,9 +55,20 @@ SETTINGS = {
     "codegen_off_aqe_off": {"spark.sql.adaptive.enabled": "false"},
     # lakelog's defaults but the JVM's own garbage collector (G1) instead of the parallel one.
     "g1_gc": {},
+    # lakelog's defaults, the JIT's top tier (C2) compiling fewer methods, later: a fresh
+    # server's compiler threads take a large share of a first demo's CPU on two cores.
+    "c2_later": {},
+    "c2_no_escape": {},
 }
 #: The server JVM's flags per setting (lakelog's `DEFAULT_JAVA_OPTIONS` unless named here).
-JAVA_OPTIONS = {"g1_gc": "-XX:+UseG1GC"}
+JAVA_OPTIONS = {
+    "g1_gc": "-XX:+UseG1GC",
+    # Tier 4 (C2) thresholds three times HotSpot's defaults (5000 / 600 / 15000).
+    "c2_later": f"{DEFAULT_JAVA_OPTIONS} -XX:Tier4InvocationThreshold=15000 "
+                "-XX:Tier4MinInvocationThreshold=1800 -XX:Tier4CompileThreshold=45000",
+    # C2 without escape analysis, one of its costliest phases.
+    "c2_no_escape": f"{DEFAULT_JAVA_OPTIONS} -XX:-DoEscapeAnalysis",
+}
 
 
 def one_demo(setting: str, args) -> dict:
@@ -78,7 +89,7 @@ def one_demo(setting: str, args) -> dict:
         started = time.perf_counter()
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - started
-        server_cpu = cpu_seconds(pid)
+        server_cpu, jit_cpu = cpu_seconds(pid), jit_cpu_seconds(pid)
     finally:
         stop(config)
         shutil.rmtree(state, ignore_errors=True)
@@ -86,7 +97,7 @@ def one_demo(setting: str, args) -> dict:
         return {"setting": setting, "error": done.stderr[-2000:]}
     summary = json.loads(done.stdout)
     return {"setting": setting, "wall_s": round(wall, 1), "server_cpu_s": round(server_cpu, 1),
-            "server_start_s": round(server_start, 1), "read": summary["read"],
+            "jit_cpu_s": round(jit_cpu, 1), "server_start_s": round(server_start, 1), "read": summary["read"],
             "microbatches": summary["microbatches"], "ingests": summary["ingests"],
             "loadavg_after": os.getloadavg()}
 
@@ -152,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         done = [r for r in runs if r["setting"] == setting and "error" not in r]
         if done:
             summary[setting] = {"wall_s": statistics.median(r["wall_s"] for r in done),
-                                "server_cpu_s": statistics.median(r["server_cpu_s"] for r in done)}
+                                "server_cpu_s": statistics.median(r["server_cpu_s"] for r in done),
+                                "jit_cpu_s": statistics.median(r["jit_cpu_s"] for r in done)}
     ingests = ingest_side_by_side(args.ingest, args.cores, args.memory) if args.ingest else []
     for setting in INGEST_SETTINGS if ingests else ():
         timed = [a["seconds"] for a in ingests if a["setting"] == setting and not a["warm_up"]]

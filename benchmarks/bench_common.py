@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from typing import Any
 
@@ -52,6 +53,21 @@ def cpu_seconds(pid: int) -> float:
     if fields is None:
         raise ProcessLookupError(f"no process {pid}")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def jit_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system) the JIT compiler threads of JVM `pid` have used (the threads
+    HotSpot names ``C1 CompilerThre…`` and ``C2 CompilerThre…``), from ``/proc/<pid>/task``."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text()
+        except OSError:  # the thread ended
+            continue
+        fields = stat_fields(f"{pid}/task/{task.name}") if "CompilerThre" in name else None
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def bytecode() -> dict[str, Any]:
