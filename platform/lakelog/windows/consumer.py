@@ -65,10 +65,11 @@ def build_consumer(agg: WindowedAggregate) -> Consumer:
     )
 
 
-#: `prepare`s found to make the columns an aggregate needs, with the needed columns and the
-#: records' schemas they were given: of records of the same columns a `prepare` makes the same
-#: columns, and asking Spark for a prepared frame's columns is a round trip over Spark Connect.
-_CHECKED: set[tuple[Any, ...]] = set()
+#: `prepare`s found to make the columns an aggregate needs, by identity (each held here, so
+#: its id is not reused), needed columns and the records' schemas they were given: of records
+#: of the same columns a `prepare` makes the same columns, and asking Spark for a prepared
+#: frame's columns is a round trip over Spark Connect.
+_CHECKED: dict[tuple[Any, ...], Any] = {}
 
 
 def prepared(
@@ -85,12 +86,12 @@ def prepared(
         check_events(agg, events, schemas[agg.topics[0]].fieldNames() if known else None)
         return events
     events = agg.prepare(records)
-    key = (agg.prepare, needed_columns(agg),
+    key = (id(agg.prepare), needed_columns(agg),
            *(schemas[t].json() for t in agg.topics)) if known else None
     if key is None or key not in _CHECKED:
         check_events(agg, events)
         if key is not None:
-            _CHECKED.add(key)
+            _CHECKED[key] = agg.prepare
     return events
 
 
