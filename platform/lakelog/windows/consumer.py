@@ -66,7 +66,7 @@ def build_consumer(agg: WindowedAggregate) -> Consumer:
 
 
 #: `prepare`s found to make the columns an aggregate needs, by identity (each held here, so
-#: its id is not reused), needed columns and the records' schemas they were given: of records
+#: its id is not reused), needed columns and the records' topics and schemas: of records
 #: of the same columns a `prepare` makes the same columns, and asking Spark for a prepared
 #: frame's columns is a round trip over Spark Connect.
 _CHECKED: dict[tuple[Any, ...], Any] = {}
@@ -87,7 +87,7 @@ def prepared(
         return events
     events = agg.prepare(records)
     key = (id(agg.prepare), needed_columns(agg),
-           *(schemas[t].json() for t in agg.topics)) if known else None
+           *((t, schemas[t].json()) for t in agg.topics)) if known else None
     if key is None or key not in _CHECKED:
         check_events(agg, events)
         if key is not None:
@@ -150,7 +150,7 @@ def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame 
     table = agg.state or agg.windows
     snapshot = batch.outputs[table.path]
     files = snapshot.files()
-    # The scan normalizes the events, which checks they have the columns the aggregate needs.
+    # The events are checked to have the columns the aggregate needs (`prepared`).
     scanned = _scanned(agg, batch, small=is_small(files))
     if files and scanned.span_known:
         files = files_to_read(
