@@ -18,6 +18,7 @@ A crash anywhere is followed by a retry that finishes the same batch: nothing lo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -234,8 +235,13 @@ def _process(
                 writes.write_output(lake, snapshots[output.path], output, produced[output.path],
                                     _txns(consumer, output, txns), metadata, records=count,
                                     collected=collected.get(output.path))
-    finally:
-        batch.release()
+    except BaseException:
+        # The batch's own error is the one to report: failing to free its kept rows as well
+        # (a JVM gone, say) must not replace it.
+        with contextlib.suppress(Exception):
+            batch.release()
+        raise
+    batch.release()
 
 
 def _txns(consumer: Consumer, output: Output, txns: list[AppTxn]) -> list[AppTxn]:

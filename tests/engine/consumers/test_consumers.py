@@ -17,6 +17,7 @@ from lakelog.consumers.checkpoints import Checkpoint
 from lakelog.errors import ConcurrentWriteError, ConfigError, ConsumerBusyError
 from lakelog.lake import EmbeddedLake, driver_write
 from lakelog.log import ingest
+from lakelog.spark import local_checkpoints
 
 COPY = Output(
     "streams/copy",
@@ -134,6 +135,30 @@ def test_an_output_that_fails_raises_its_own_error_after_the_writes_before_it(la
                                             now=clock)
     assert results[0].resumed and results[0].outputs_written == (COUNTS.path,)
     assert_exactly_once(lake)
+
+
+def test_a_batch_that_fails_reports_its_own_error_even_if_freeing_its_rows_fails(
+    lake, loaded, monkeypatch
+):
+    """The rows a batch kept (`BatchInput.cached`) are freed whether it succeeds or fails; a
+    failure to free them must not replace the batch's own error."""
+    def bad(batch):
+        batch.cached(batch.records["events"].select("event_id"))
+        raise ConfigError("the transform's own error")
+
+    def unfreeable(df):
+        raise RuntimeError("cannot free")
+
+    monkeypatch.setattr(local_checkpoints, "free", unfreeable)
+    with pytest.raises(ConfigError, match="the transform's own error"):
+        consumers.run_batch(lake, make_consumer(fn=bad), loaded, now=clock())
+    # A batch that succeeds still reports a failure to free its rows: nothing hides it.
+    def good(batch):
+        batch.cached(batch.records["events"].select("event_id"))
+        return transform(batch)
+
+    with pytest.raises(RuntimeError, match="cannot free"):
+        consumers.run_batch(lake, make_consumer(fn=good), loaded, now=clock())
 
 
 def test_lag_counts_unconsumed_records(lake, loaded):
