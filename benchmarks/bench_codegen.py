@@ -97,8 +97,8 @@ def one_demo(setting: str, args) -> dict:
         return {"setting": setting, "error": done.stderr[-2000:]}
     summary = json.loads(done.stdout)
     return {"setting": setting, "wall_s": round(wall, 1), "server_cpu_s": round(server_cpu, 1),
-            "jit_cpu_s": round(jit_cpu, 1), "server_start_s": round(server_start, 1), "read": summary["read"],
-            "microbatches": summary["microbatches"], "ingests": summary["ingests"],
+            "jit_cpu_s": round(jit_cpu, 1), "server_start_s": round(server_start, 1),
+            "read": summary["read"], "microbatches": summary["microbatches"], "ingests": summary["ingests"],
             "loadavg_after": os.getloadavg()}
 
 

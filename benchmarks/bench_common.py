@@ -47,8 +47,9 @@ def spark_codegen(spark: Any) -> Iterator[None]:
             spark.conf.set(key, value)
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user and system) process `pid` has used, from ``/proc/<pid>/stat``."""
+def cpu_seconds(pid: int | str) -> float:
+    """CPU seconds (user and system) process `pid` has used, from ``/proc/<pid>/stat`` (a
+    thread's: ``<pid>/task/<tid>``)."""
     fields = stat_fields(pid)
     if fields is None:
         raise ProcessLookupError(f"no process {pid}")
@@ -58,16 +59,14 @@ def cpu_seconds(pid: int) -> float:
 def jit_cpu_seconds(pid: int) -> float:
     """CPU seconds (user and system) the JIT compiler threads of JVM `pid` have used (the threads
     HotSpot names ``C1 CompilerThre…`` and ``C2 CompilerThre…``), from ``/proc/<pid>/task``."""
-    total = 0
+    total = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            name = (task / "comm").read_text()
-        except OSError:  # the thread ended
+            if "CompilerThre" in (task / "comm").read_text():
+                total += cpu_seconds(f"{pid}/task/{task.name}")
+        except (OSError, ProcessLookupError):  # the thread ended
             continue
-        fields = stat_fields(f"{pid}/task/{task.name}") if "CompilerThre" in name else None
-        if fields is not None:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def bytecode() -> dict[str, Any]:
