@@ -33,7 +33,7 @@ from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.lake.merge_on_read import merge_keys
 from lakelog.lake.squash import ensure_layout
-from lakelog.log.offsets import ensure_topic_table, range_stats, read_offsets, topic_snapshot
+from lakelog.log.offsets import ensure_topic_table, read_range, topic_snapshot
 from lakelog.log.topics import Topic
 
 
@@ -212,8 +212,7 @@ def _process(
     for name in consumer.topics:  # step 2
         mine = {part: r for (t, part), r in ranges.items() if t == name}
         log = topic_snapshot(lake, topic_map[name])
-        records[name] = read_offsets(lake, log, mine)
-        stats[name], schemas[name] = range_stats(log, mine), log.schema
+        (records[name], stats[name]), schemas[name] = read_range(lake, log, mine), log.schema
     planned_at = max(p.checkpoint.updated_at or now for p in group)  # a retry: the same time
     batch = BatchInput(
         lake, max(p.plan.batch for p in group), records, snapshots, now=planned_at,

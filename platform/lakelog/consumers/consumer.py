@@ -90,9 +90,10 @@ class BatchInput:
     batch was planned: a retry sees the same time, so time-driven state (an idle watermark)
     comes out the same. `scratch` is working memory of this attempt that `advance` may fill for
     `transform` (e.g. a pass over the records both need); it is never committed. `stats` are,
-    per topic, what file statistics say of the batch's records (`lakelog.log.offsets.RangeStats`), or
-    None where only a read of the records can tell: facts a transform takes from them cost no
-    Spark job. `schemas` are, per topic, the records' schema as the log's metadata gives it
+    per topic, facts of the batch's records (`lakelog.log.offsets.RangeStats`) from the log's
+    file statistics, or from the records when they were read in this process, or None where
+    only a Spark read of the records can tell: facts a transform takes from them cost no Spark
+    job. `schemas` are, per topic, the records' schema as the log's metadata gives it
     (empty: not known), so a transform need not ask Spark for it.
     """
 

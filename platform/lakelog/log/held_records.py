@@ -53,8 +53,21 @@ def records(
     """The records of `ranges` (per log partition, ``start <= offset < end``) in `files`, the
     files that hold them, as a local relation in the log's schema; None when they take more
     than `HELD_ARROW_BYTES` (read them by Spark)."""
-    schema = snapshot.schema  # parsed from the Delta log on each access
-    names = [n for n in schema.fieldNames() if n != PARTITION]
+    held = read(lake, snapshot, files, ranges)
+    return None if held is None else frame(lake, snapshot, held)
+
+
+def frame(lake: Lake, snapshot: Snapshot, table: pa.Table) -> DataFrame:
+    """Records `read` here as a local relation in the log's schema."""
+    return held_read.frame(lake.spark, table, snapshot.schema)
+
+
+def read(
+    lake: Lake, snapshot: Snapshot, files: Sequence[DataFile],
+    ranges: Mapping[int, tuple[int, int]],
+) -> pa.Table | None:
+    """The Arrow rows `records` hands to Spark (None: more than `HELD_ARROW_BYTES`)."""
+    names = [n for n in snapshot.schema.fieldNames() if n != PARTITION]
     parts = []
     for partition, (start, end) in sorted(ranges.items()):
         mine = [f for f in files if int(f.partition_values[PARTITION]) == partition]
@@ -65,6 +78,4 @@ def records(
         parts.append(rows.append_column(PARTITION, pa.array([partition] * rows.num_rows,
                                                             pa.int32())))
     table = pa.concat_tables(parts) if parts else pa.table({})
-    if table.nbytes > HELD_ARROW_BYTES:
-        return None
-    return held_read.frame(lake.spark, table, schema)
+    return None if table.nbytes > HELD_ARROW_BYTES else table

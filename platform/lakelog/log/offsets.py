@@ -18,6 +18,7 @@ from datetime import datetime
 from functools import reduce
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -212,14 +213,25 @@ def read_offsets(
 ) -> DataFrame:
     """Records with ``start <= offset < end`` per log partition; only overlapping files are
     read, by pyarrow when they are few (`lakelog.log.held_records`)."""
+    return read_range(lake, snapshot, ranges)[0]
+
+
+def read_range(
+    lake: Lake, snapshot: Snapshot, ranges: Mapping[int, tuple[int, int]]
+) -> tuple[DataFrame, RangeStats | None]:
+    """The records of `ranges` (`read_offsets`) and their `RangeStats`: from the files'
+    statistics when the ranges cover their files whole, else from the records themselves when
+    they were read here (a microbatch cut short inside a file), else None."""
+    stats = range_stats(snapshot, ranges)
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     files = _range_files(snapshot, wanted)
     if held_records.holds(snapshot, files):
-        held = held_records.records(lake, snapshot, files, wanted)
+        held = held_records.read(lake, snapshot, files, wanted)
         if held is not None:
-            return held
+            return held_records.frame(lake, snapshot, held), (
+                stats if stats is not None else RangeStats.of(held))
     df = lake.read(snapshot, files=files)
-    return df.where(_range_filter(wanted)) if wanted else df.limit(0)
+    return df.where(_range_filter(wanted)) if wanted else df.limit(0), stats
 
 
 @dataclass(frozen=True)
@@ -233,6 +245,18 @@ class RangeStats:
     event_time: tuple[datetime, datetime] | None
     #: Nulls per column, for the columns whose statistics have them.
     nulls: Mapping[str, int]
+
+    @staticmethod
+    def of(records: pa.Table) -> RangeStats:
+        """The stats of records at hand (Arrow rows of a log), as the files' statistics of
+        exactly those records would give them."""
+        bounds = pc.min_max(records.column("event_time"))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        return RangeStats(
+            records=records.num_rows,
+            event_time=None if low is None else (low, high),
+            nulls={name: records.column(name).null_count for name in records.column_names},
+        )
 
     @staticmethod
     def combined(stats: Iterable[RangeStats | None]) -> RangeStats | None:

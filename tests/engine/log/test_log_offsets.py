@@ -196,6 +196,35 @@ def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spar
     assert offsets.RangeStats.combined([stats, None]) is None
 
 
+def test_read_range_takes_a_cut_batchs_stats_from_its_held_records(lake, spark, monkeypatch):
+    """A range that ends inside a file has no statistics of its own (`range_stats` is None),
+    but records read here give the same facts, exactly those Spark computes from the rows;
+    read by Spark they are still unknown."""
+    topic = make_topic(partitions=1)
+    for chunk in range(3):  # offsets 0-9, 10-19, 20-29 in a file each; e5 has no product
+        rows = envelope(spark, topic, range(chunk * 10, chunk * 10 + 10), user="k")
+        rows = rows.withColumn("product_id", F.when(F.col("event_id") != "e5", F.col("product_id")))
+        do_append(lake, topic, rows)
+    snapshot = lake.snapshot(topic.path)
+    for ranges in ({0: (3, 14)}, {0: (6, 7)}, {0: (11, 29)}):
+        assert offsets.range_stats(snapshot, ranges) is None
+        records, stats = offsets.read_range(lake, snapshot, ranges)
+        start, end = ranges[0]
+        row = records.agg(F.count(F.lit(1)).alias("n"),
+                          F.count(F.when(F.col("product_id").isNull(), 1)).alias("nulls")).first()
+        assert stats.records == row["n"] == end - start
+        assert stats.event_time == (BASE + timedelta(seconds=start),
+                                    BASE + timedelta(seconds=end - 1))
+        assert stats.nulls["product_id"] == row["nulls"] == (start <= 5 < end)
+        assert stats.nulls["event_time"] == 0
+    # Whole files: the files' statistics, the same either way.
+    whole = offsets.read_range(lake, snapshot, {0: (10, 30)})[1]
+    assert whole == offsets.range_stats(snapshot, {0: (10, 30)})
+    monkeypatch.setattr(held_records, "HELD_RECORDS", 0)  # Spark's read
+    assert offsets.read_range(lake, snapshot, {0: (3, 14)})[1] is None
+    assert offsets.read_range(lake, snapshot, {0: (10, 30)})[1] == whole
+
+
 def test_read_by_event_time_and_offsets_for_time(lake, spark):
     topic = make_topic(partitions=1)
     do_append(lake, topic, envelope(spark, topic, range(30), user="k"))
