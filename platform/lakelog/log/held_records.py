@@ -25,9 +25,14 @@ from pyspark.sql import DataFrame
 
 from lakelog.lake import DataFile, Lake, Snapshot, held_read
 
-#: The most records (those of the files that hold the ranges) and bytes of those files read
-#: here: a microbatch's worth, as many as a change feed handed to Spark as local rows.
+#: The most records read here, those of the ranges: a microbatch's worth, as many as a change
+#: feed handed to Spark as local rows (a local relation is sent with each query that uses it).
 HELD_RECORDS = 50_000
+#: The most records and bytes of the files that hold the ranges, which pyarrow decodes (a
+#: range inside a file is filtered out of its row group): a 1,000-record batch cut out of four
+#: log files of ~50,000 records each is read here in ~50 ms, where a Spark read of it is
+#: planned and run again by each query that uses the records.
+HELD_FILE_RECORDS = 250_000
 HELD_BYTES = 32 << 20
 #: The most bytes of the records read (Arrow, uncompressed) handed to Spark: more goes to
 #: Spark's read (at Spark Connect's default threshold, a local relation is still sent inside
@@ -37,11 +42,15 @@ HELD_ARROW_BYTES = 64 << 20
 PARTITION = "partition"
 
 
-def holds(snapshot: Snapshot, files: Sequence[DataFile]) -> bool:
-    """Whether the records of `files` (those holding a read's ranges) are read here."""
+def holds(
+    snapshot: Snapshot, files: Sequence[DataFile], ranges: Mapping[int, tuple[int, int]]
+) -> bool:
+    """Whether the records of `ranges` (per log partition, ``start <= offset < end``) are read
+    here, given `files`, the files that hold them."""
     return (
         snapshot.partition_columns == [PARTITION]
-        and sum(f.num_records for f in files) <= HELD_RECORDS
+        and sum(max(end - start, 0) for start, end in ranges.values()) <= HELD_RECORDS
+        and sum(f.num_records for f in files) <= HELD_FILE_RECORDS
         and sum(f.size for f in files) <= HELD_BYTES
     )
 

@@ -225,7 +225,7 @@ def read_range(
     stats = range_stats(snapshot, ranges)
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     files = _range_files(snapshot, wanted)
-    if held_records.holds(snapshot, files):
+    if held_records.holds(snapshot, files, wanted):
         held = held_records.read(lake, snapshot, files, wanted)
         if held is not None:
             return held_records.frame(lake, snapshot, held), (

@@ -123,10 +123,10 @@ def test_a_held_read_of_offset_ranges_equals_sparks(lake, spark, topic, monkeypa
                       for p, h in heads.items() if rng.random() < 0.8 and h})
     for ranges in cases:
         files = offsets._range_files(snapshot, {p: r for p, r in ranges.items() if r[1] > r[0]})
-        assert held_records.holds(snapshot, files)
+        assert held_records.holds(snapshot, files, ranges)
         held = offsets.read_offsets(lake, snapshot, ranges)
         monkeypatch.setattr(held_records, "HELD_RECORDS", 0)  # Spark's read
-        assert not held_records.holds(snapshot, files) or not files
+        assert not held_records.holds(snapshot, files, ranges) or not files
         by_spark = offsets.read_offsets(lake, snapshot, ranges)
         monkeypatch.undo()
         assert held.schema == by_spark.schema == snapshot.schema
@@ -161,7 +161,7 @@ def test_a_held_read_keeps_wall_clock_times_in_a_zone_that_skips_them(lake, spar
     every = {p: (0, s.head) for p, s in offsets.partition_states(snapshot, 2).items()}
     files = offsets._range_files(snapshot, every)
     with session_time_zone(spark, "America/New_York"):
-        assert held_records.holds(snapshot, files)
+        assert held_records.holds(snapshot, files, every)
         held = offsets.read_offsets(lake, snapshot, every)
         monkeypatch.setattr(held_records, "HELD_RECORDS", 0)  # Spark's read
         by_spark = offsets.read_offsets(lake, snapshot, every)
@@ -223,6 +223,28 @@ def test_read_range_takes_a_cut_batchs_stats_from_its_held_records(lake, spark, 
     monkeypatch.setattr(held_records, "HELD_RECORDS", 0)  # Spark's read
     assert offsets.read_range(lake, snapshot, {0: (3, 14)})[1] is None
     assert offsets.read_range(lake, snapshot, {0: (10, 30)})[1] == whole
+
+
+def test_a_held_read_is_bounded_by_the_ranges_records_and_the_files_they_cut(
+    lake, spark, monkeypatch
+):
+    """A few records cut out of larger files are read here (their stats known, see above);
+    more records than `HELD_RECORDS`, or files of more than `HELD_FILE_RECORDS`, go to Spark."""
+    topic = make_topic(partitions=1)
+    for chunk in range(3):  # offsets 0-9, 10-19, 20-29 in a file each
+        do_append(lake, topic, envelope(spark, topic, range(chunk * 10, chunk * 10 + 10), user="k"))
+    snapshot = lake.snapshot(topic.path)
+    monkeypatch.setattr(held_records, "HELD_RECORDS", 5)
+    monkeypatch.setattr(held_records, "HELD_FILE_RECORDS", 15)
+
+    def held(start: int, end: int) -> bool:
+        records, stats = offsets.read_range(lake, snapshot, {0: (start, end)})
+        assert sorted(r.offset for r in records.collect()) == list(range(start, end))
+        return stats is not None
+
+    assert held(3, 8)  # five records of one file of ten
+    assert not held(3, 9)  # six records
+    assert not held(8, 12)  # four records, of two files of twenty records
 
 
 def test_read_by_event_time_and_offsets_for_time(lake, spark):
