@@ -52,9 +52,24 @@ def time_column(schema: StructType) -> str | None:
     return next((c for c in TIME_COLUMNS if c in names), None)
 
 
+#: The most changed rows of an input handed to Spark as local rows (`held_changed_rows`).
+HELD_CHANGES = 50_000
+
+
 def changed_rows(lake: Lake, path: str, since: int, until: int) -> DataFrame:
     """Rows of `path` inserted or deleted by versions ``since+1..until``, in the table's columns."""
     return lake.changes(path, since + 1, until).drop(*CHANGE_COLUMNS)
+
+
+def held_changed_rows(lake: Lake, snapshot: Snapshot, since: int) -> DataFrame:
+    """`changed_rows` up to `snapshot` (a pinned input), read here and handed to Spark as local
+    rows when the feed is a few files of few rows (`Lake.changes_arrow`): Spark's read of a feed
+    scans its files and joins their rows to the commits' file list, in every query that uses
+    them (an incremental run evaluates the model's SQL over them twice)."""
+    held = lake.changes_arrow(snapshot.path, since + 1, snapshot.version)
+    if held is None or held.num_rows > HELD_CHANGES:
+        return changed_rows(lake, snapshot.path, since, snapshot.version)
+    return held_read.frame(lake.spark, held, snapshot.schema)
 
 
 def touched_hours(

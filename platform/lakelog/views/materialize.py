@@ -38,8 +38,8 @@ from lakelog.views.evaluate import Reader, evaluate, spark_errors
 from lakelog.views.graph import ModelGraph
 from lakelog.views.incremental import (
     HOUR,
-    changed_rows,
     hour_files,
+    held_changed_rows,
     hour_reader,
     in_hours,
     key_files,
@@ -136,7 +136,7 @@ def run_model(
             if hourly:
                 found = touched_hours(lake, spark, ranges, {p: pinned[p].schema for p in ranges})
             else:
-                changes = {p: changed_rows(lake, p, *ranges[p]) for p in ranges}
+                changes = {p: held_changed_rows(lake, pinned[p], ranges[p][0]) for p in ranges}
         except ChangesUnavailableError as gone:  # e.g. vacuumed since the last run
             return _full(lake, model, everything(), pinned, f"rebuilt: {gone}")
         if hourly:
