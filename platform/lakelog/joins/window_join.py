@@ -129,8 +129,9 @@ class WindowJoin:
 
     def advance(self, batch: BatchInput) -> dict[str, Any]:
         """The watermark after this batch: its greatest event time on either input, or the idle
-        rule of `Watermark` for an empty batch. The log's file statistics know it when both
-        inputs join on their records' `event_time` and the batch took whole files."""
+        rule of `Watermark` for an empty batch. The batch's `RangeStats` know it when both
+        inputs join on their records' `event_time` and the batch took whole files or was read
+        in this process."""
         stats = RangeStats.combined(batch.stats.values())
         if stats is not None and self.left.time == self.right.time == "event_time":
             top = stats.event_time and stats.event_time[1]

@@ -229,11 +229,13 @@ class Lake(Protocol):
 
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]: ...
 
-    def changes_arrow(self, path: str, start_version: int, end_version: int) -> pa.Table | None:
+    def changes_arrow(
+        self, path: str, start_version: int, end_version: int, *, max_rows: int | None = None
+    ) -> pa.Table | None:
         """`changes` held here, for a range whose files are few (a microbatch's commits) of a
         copy-on-write table (partitioned by integers, strings or booleans at most), or of a
-        merge-on-read table small at both ends (`held_read.holds`); None otherwise (ask
-        `changes`). The same columns."""
+        merge-on-read table small at both ends (`held_read.holds`), of at most `max_rows` rows
+        when given; None otherwise (ask `changes`). The same columns."""
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
         """The change data feed: rows inserted and deleted by versions ``start..end`` inclusive

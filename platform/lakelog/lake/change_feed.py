@@ -83,8 +83,11 @@ def _version(lake: EmbeddedLake, path: str, version: int) -> DeltaSnapshot:
             "cannot be read") from gone
 
 
-def held(lake: EmbeddedLake, path: str, start: int, end: int) -> pa.Table | None:
-    """The feed from `start` through `end` read here, when its files hold at most `HELD_BYTES`,
+def held(
+    lake: EmbeddedLake, path: str, start: int, end: int, *, max_rows: int | None = None
+) -> pa.Table | None:
+    """The feed from `start` through `end` read here, when its files hold at most `HELD_BYTES`
+    (and `max_rows` rows, when given),
     their partition columns (if any) are of types whose values parse here as in Spark
     (`changes.partition_types_held`), and, merge-on-read, both ends are small tables of one
     schema (`held_read.holds`); None otherwise (ask `spark`). The same columns."""
@@ -94,7 +97,7 @@ def held(lake: EmbeddedLake, path: str, start: int, end: int) -> pa.Table | None
             held_read.holds(before) and before.schema == after.schema))):
         return None
     raw = read_changes_arrow(lake.fs, lake.fs_path(path), after.arrow_schema, start, end,
-                             max_bytes=HELD_BYTES)
+                             max_bytes=HELD_BYTES, max_rows=max_rows)
     if not ends.merge or raw is None:
         return raw
     if before is not None:

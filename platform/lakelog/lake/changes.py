@@ -37,6 +37,8 @@ class _FileChange:
     size: int = 0
     #: The file's partition values, as the log writes them (text; None for null).
     partition_values: tuple[tuple[str, str | None], ...] = ()
+    #: The file's rows, from the action's statistics (None: not given).
+    records: int | None = None
 
 
 def log_actions(fs: pafs.FileSystem, table_fs_path: str, version: int) -> Iterator[dict]:
@@ -101,7 +103,9 @@ def _file_changes(
                     file = action[kind]
                     changes.append(_FileChange(  # the path as on disk (the log encodes it)
                         unquote(file["path"]), version, stamp, change, file.get("size", 0),
-                        tuple((file.get("partitionValues") or {}).items())))
+                        tuple((file.get("partitionValues") or {}).items()),
+                        json.loads(file["stats"]).get("numRecords") if file.get("stats")
+                        else None))
     return changes
 
 
@@ -165,15 +169,19 @@ def _relative_path(uri: Column, depths: Collection[int]) -> Column:
 
 def read_changes_arrow(
     fs: pafs.FileSystem, table_fs_path: str, schema: pa.Schema, start_version: int,
-    end_version: int, *, max_bytes: int,
+    end_version: int, *, max_bytes: int, max_rows: int | None = None,
 ) -> pa.Table | None:
     """`read_changes` without Spark, as Arrow (`_change_type`, `_commit_version`,
-    `_commit_timestamp`): None when the range's files hold more than `max_bytes`, or when a
+    `_commit_timestamp`): None when the range's files hold more than `max_bytes` or (when given)
+    `max_rows` (by the log's statistics, before any is read, or else once read), or when a
     file's partition values are not of `schema`'s columns of types they parse to here as in
     Spark (`partition_types_held`): a partitioned table's partition columns are filled from each
     file's partition values in the log."""
     changes = _file_changes(fs, table_fs_path, start_version, end_version)
     if sum(c.size for c in changes) > max_bytes:
+        return None
+    counts = [c.records for c in changes]
+    if max_rows is not None and None not in counts and sum(counts) > max_rows:
         return None
     partitioned = {name for c in changes for name, _ in c.partition_values}
     if not partition_types_held(schema, partitioned):
@@ -192,7 +200,10 @@ def read_changes_arrow(
         parts.append(_labelled(rows, change.change, change.version, change.timestamp))
     if not parts:
         return _labelled(schema.empty_table(), "insert", 0, datetime.now(timezone.utc))
-    return _cancelled_arrow(pa.concat_tables(parts), schema.names)
+    rows = pa.concat_tables(parts)
+    if max_rows is not None and rows.num_rows > max_rows:
+        return None
+    return _cancelled_arrow(rows, schema.names)
 
 
 def partition_types_held(schema: pa.Schema, partition_columns: Collection[str]) -> bool:

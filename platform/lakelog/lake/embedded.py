@@ -325,8 +325,10 @@ class EmbeddedLake:
     def history(self, path: str, limit: int | None = None) -> list[dict[str, Any]]:
         return self._delta(path).history(limit)
 
-    def changes_arrow(self, path: str, start_version: int, end_version: int) -> pa.Table | None:
-        return change_feed.held(self, path, start_version, end_version)
+    def changes_arrow(
+        self, path: str, start_version: int, end_version: int, *, max_rows: int | None = None
+    ) -> pa.Table | None:
+        return change_feed.held(self, path, start_version, end_version, max_rows=max_rows)
 
     def changes(self, path: str, start_version: int, end_version: int | None = None) -> DataFrame:
         return change_feed.spark(self, path, start_version, end_version)

@@ -236,9 +236,10 @@ def read_range(
 
 @dataclass(frozen=True)
 class RangeStats:
-    """Facts about the records of offset ranges, known without reading them: the ranges cover
-    their files whole, so the files' statistics describe exactly those records (lakelog writes
-    footer statistics, timestamps to the microsecond)."""
+    """Facts about the records of offset ranges, known without a Spark read of them: when the
+    ranges cover their files whole, from the files' statistics, which describe exactly those
+    records (lakelog writes footer statistics, timestamps to the microsecond); else from the
+    records themselves when they were read in this process (`of`)."""
 
     records: int
     #: Least and greatest `event_time`; None when there are no records (or all are null).

@@ -94,8 +94,9 @@ def consumer(p: Pattern) -> Consumer:
 
 
 def advance(p: Pattern, batch: BatchInput) -> dict[str, Any]:
-    """The watermark after this batch, from the file statistics of the batch's records when
-    they tell the greatest event time, else from a pass over them."""
+    """The watermark after this batch, from the batch's `RangeStats` when they tell the greatest
+    event time (the log's file statistics, or its records read here), else from a pass over
+    them."""
     stats = RangeStats.combined(batch.stats.values())
     if stats is not None:
         top = stats.event_time and stats.event_time[1]

@@ -52,8 +52,10 @@ def time_column(schema: StructType) -> str | None:
     return next((c for c in TIME_COLUMNS if c in names), None)
 
 
-#: The most changed rows of an input handed to Spark as local rows (`held_changed_rows`).
+#: The most changed rows of an input, and their bytes in Arrow, handed to Spark as local rows
+#: (`held_changed_rows`), as a microbatch's records are (`lakelog.log.held_records`).
 HELD_CHANGES = 50_000
+HELD_CHANGES_BYTES = 64 << 20
 
 
 def changed_rows(lake: Lake, path: str, since: int, until: int) -> DataFrame:
@@ -66,8 +68,8 @@ def held_changed_rows(lake: Lake, snapshot: Snapshot, since: int) -> DataFrame:
     rows when the feed is a few files of few rows (`Lake.changes_arrow`): Spark's read of a feed
     scans its files and joins their rows to the commits' file list, in every query that uses
     them (an incremental run evaluates the model's SQL over them twice)."""
-    held = lake.changes_arrow(snapshot.path, since + 1, snapshot.version)
-    if held is None or held.num_rows > HELD_CHANGES:
+    held = lake.changes_arrow(snapshot.path, since + 1, snapshot.version, max_rows=HELD_CHANGES)
+    if held is None or held.nbytes > HELD_CHANGES_BYTES:
         return changed_rows(lake, snapshot.path, since, snapshot.version)
     return held_read.frame(lake.spark, held, snapshot.schema)
 

@@ -38,8 +38,8 @@ from lakelog.views.evaluate import Reader, evaluate, spark_errors
 from lakelog.views.graph import ModelGraph
 from lakelog.views.incremental import (
     HOUR,
-    hour_files,
     held_changed_rows,
+    hour_files,
     hour_reader,
     in_hours,
     key_files,

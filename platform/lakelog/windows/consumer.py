@@ -5,8 +5,8 @@ Per microbatch (`lakelog.consumers.run_batch` does the plan, the writes and the 
 1. `advance` moves the watermark with the greatest event time of the batch's records (all of
    them, before `prepare` filters any), or with the wall clock when an idle tick runs an empty
    batch; the state is committed with the batch, so a retry sees the same watermarks. When the
-   log's file statistics do not know that time (a batch cut inside log files), `advance` finds
-   it in the events' first pass (`updates.scan`, given the records' times when a `prepare` made
+   batch's `RangeStats` do not know that time (a batch cut inside log files and read by Spark),
+   `advance` finds it in the events' first pass (`updates.scan`, given the records' times when a `prepare` made
    the events), which `transform` then reuses.
 2. `transform` scans the events once (`updates.scan`: their event-time span and, for tumbling and
    hopping windows, the batch's partials), reads only the stored windows the batch can change or
@@ -99,7 +99,7 @@ def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     if batch.now is None:
         raise ConfigError(f"windowed aggregate {agg.name}: a batch needs its planned time `now`")
     stats = RangeStats.combined(batch.stats.values())
-    if stats is not None:  # the log's file statistics know the greatest event time
+    if stats is not None:  # the batch's RangeStats know the greatest event time
         latest_us = None if stats.event_time is None else to_us(stats.event_time[1])
     else:  # one pass over the events, for both steps, which also finds the records' latest time
         times = None if agg.prepare is None else reduce(

@@ -13,8 +13,9 @@ batch without such events does not read its events again to list them), and what
 the events are read once: for tumbling and hopping windows the batch's partials, for session
 and sliding windows (which read their events again for the stored windows they reach, their
 own windows and the late rows) the normalized events.
-`known` is the same without a pass, from facts the log's file statistics give (a Spark job
-saved: most of a small batch's cost).
+`known` is the same without a pass, from facts the batch's `RangeStats` give (the log's file
+statistics, or the records read in the step's process): a Spark job saved, most of a small
+batch's cost.
 
 `batch_windows` is the same computation over all events at once, with nothing stored and nothing
 late: what a replay of the retained log computes, and what the incremental result must equal.

@@ -139,6 +139,9 @@ def test_change_feed_held_equals_sparks(lake, spark, partition_by):
         spark_rows = lake.changes("t", a, b).collect()
         assert sorted(map(_plain, held.to_pylist())) == sorted(
             _plain(r.asDict(recursive=True)) for r in spark_rows), (a, b)
+        # A feed of more rows than asked for is left to Spark (the log's statistics tell).
+        assert lake.changes_arrow("t", a, b, max_rows=len(spark_rows)) is not None
+        assert lake.changes_arrow("t", a, b, max_rows=len(spark_rows) - 1) is None
 
 
 def test_each_row_of_a_partitioned_spark_write_is_one_change(lake, spark):

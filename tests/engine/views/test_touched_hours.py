@@ -53,7 +53,7 @@ def test_hours_held_equal_hours_by_spark(lake, spark, monkeypatch, time_type, pa
                         lambda *a: feeds.append(held(*a)) or feeds[-1])
     here = touched_hours(lake, spark, ranges, schemas)
     assert len(feeds) == 1 and feeds[0] is not None  # read here
-    monkeypatch.setattr(EmbeddedLake, "changes_arrow", lambda *a: None)
+    monkeypatch.setattr(EmbeddedLake, "changes_arrow", lambda *a, **k: None)
     by_spark = touched_hours(lake, spark, ranges, schemas)
 
     assert here == by_spark
@@ -70,7 +70,7 @@ def test_a_changed_input_without_a_time_column_touches_every_hour(lake, spark, m
     lake.write(lake.snapshot("dimension"), spark.createDataFrame([(1,)], "id long"))
     ranges, schemas = {"dimension": (0, 1)}, {"dimension": lake.snapshot("dimension").schema}
     assert touched_hours(lake, spark, ranges, schemas) is None
-    monkeypatch.setattr(EmbeddedLake, "changes_arrow", lambda *a: None)
+    monkeypatch.setattr(EmbeddedLake, "changes_arrow", lambda *a, **k: None)
     assert touched_hours(lake, spark, ranges, schemas) is None
 
 
@@ -79,7 +79,7 @@ def test_a_session_of_unknown_time_zone_finds_hours_by_spark(lake, spark, monkey
     lake.write(lake.snapshot("events"), spark.createDataFrame(
         moments(range(3), T.TimestampType()), schema(T.TimestampType())))
     monkeypatch.setattr(incremental, "has_required_conf", lambda spark: False)
-    monkeypatch.setattr(EmbeddedLake, "changes_arrow", lambda *a: pytest.fail("held"))
+    monkeypatch.setattr(EmbeddedLake, "changes_arrow", lambda *a, **k: pytest.fail("held"))
     found = touched_hours(lake, spark, {"events": (0, 1)},
                           {"events": lake.snapshot("events").schema})
     assert sum(found.values()) == 3

@@ -48,7 +48,7 @@ def test_incremental_demo_models_equal_a_full_refresh_after_many_microbatches(
     if where == "spark":
         monkeypatch.setattr(held_read, "holds", lambda snapshot: False)
         monkeypatch.setattr(held_keys, "holds", lambda output, keys: False)
-        monkeypatch.setattr(EmbeddedLake, "changes_arrow", lambda *a: None)  # hours by Spark
+        monkeypatch.setattr(EmbeddedLake, "changes_arrow", lambda *a, **k: None)  # hours by Spark
     replaced = []
     replace = held_keys.replace
     monkeypatch.setattr(held_keys, "replace", lambda *a, **k: replaced.append(a[0]) or replace(
