@@ -17,6 +17,7 @@ state and the commands, hence deterministic.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Literal, get_args
 
 from pyspark.sql import Column, DataFrame
@@ -311,14 +312,21 @@ def fold(
     `prior` holds stored states (`STATE` rows) of some carts; a cart without one starts empty.
     """
     stored = prior.select("cart_id", F.struct(*STATE.fieldNames()).cast(STATE).alias("prior"))
-    start = F.coalesce(F.col("prior"), empty_state(F.col("cart_id")))
     return per_cart(commands).join(stored, "cart_id", "left").select(
         "cart_id",
         F.coalesce(F.col("prior.version"), F.lit(0).cast("long")).alias("prior_version"),
-        fold_commands(
-            start, F.col("commands"), topic=topic, snapshot_every=snapshot_every
-        ).alias("result"),
+        _folded(type(commands), topic, snapshot_every).alias("result"),
     )
+
+
+@lru_cache(maxsize=16)
+def _folded(frames: type, topic: str, snapshot_every: int) -> Column:
+    """`fold_commands` of a joined cart row (``prior``, ``cart_id``, ``commands``), built once per
+    kind of DataFrame (classic or Spark Connect, whose columns differ) and fold settings: on a
+    classic session each of the expression's hundreds of nodes is a call into the JVM (about
+    0.1 s a batch). A column is an expression, valid in any session of its kind."""
+    start = F.coalesce(F.col("prior"), empty_state(F.col("cart_id")))
+    return fold_commands(start, F.col("commands"), topic=topic, snapshot_every=snapshot_every)
 
 
 def states(folded: DataFrame) -> DataFrame:
