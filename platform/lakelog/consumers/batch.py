@@ -144,9 +144,9 @@ def run_batch(
     snapshots = {}
     for output in consumer.outputs:
         merge = output.merge_keys
-        lake.create_table(output.path, output.schema, partition_by=output.partition_by,
-                          properties=None if merge is None else merge.properties())
-        snapshots[output.path] = lake.snapshot(output.path)
+        snapshots[output.path] = lake.create_table(
+            output.path, output.schema, partition_by=output.partition_by,
+            properties=None if merge is None else merge.properties())
         if output.keys and merge_keys(snapshots[output.path].properties) != merge:
             ensure_layout(lake, output.path, merge, rows_per_file=output.rows_per_file)
             snapshots[output.path] = lake.snapshot(output.path)
@@ -158,11 +158,13 @@ def run_batch(
                         if not already_committed(snapshots[o.path], p.txn))
         together.setdefault(pending, []).append(p)
     written: set[str] = set()
-    for pending, group in together.items():
+    groups = list(together.items())
+    for index, (pending, group) in enumerate(groups):
         if pending or consumer.advance:
             _process(lake, consumer, topic_map, group, snapshots,
                      [o for o in consumer.outputs if o.path in pending], now=now)
-            snapshots.update({path: lake.snapshot(path) for path in pending})
+            if index + 1 < len(groups):  # the next group writes after this one's commits
+                snapshots.update({path: lake.snapshot(path) for path in pending})
             written.update(pending)
     for p in planned:
         checkpoints.save_commit(lake, p.checkpoint, p.plan, now=now, state=p.state)  # step 4

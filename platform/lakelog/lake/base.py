@@ -126,8 +126,9 @@ class Lake(Protocol):
         *,
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
-    ) -> None:
-        """Create the table if it does not exist; an existing table must have the same schema."""
+    ) -> Snapshot:
+        """Create the table if it does not exist; an existing table must have the same schema.
+        Returns the table's latest snapshot, the one its schema was checked on."""
 
     def replace_table(self, path: str, schema: StructType) -> None:
         """Replace an existing table by an empty one with `schema` (and a new table id), as one

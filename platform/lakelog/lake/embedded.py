@@ -108,7 +108,7 @@ class EmbeddedLake:
         *,
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
-    ) -> None:
+    ) -> DeltaSnapshot:
         if not self.exists(path):
             try:
                 DeltaTable.create(
@@ -125,10 +125,11 @@ class EmbeddedLake:
                 )
             except CommitFailedError:
                 pass  # another writer created it first; the schema check below still applies
-        existing = self.snapshot(path).schema
-        problem = describe_mismatch(expected=existing, actual=schema)
+        existing = self.snapshot(path)
+        problem = describe_mismatch(expected=existing.schema, actual=schema)
         if problem:
             raise SchemaMismatchError(f"table {path} exists with another schema: {problem}")
+        return existing
 
     def replace_table(self, path: str, schema: StructType) -> None:
         if not self.exists(path):
