@@ -20,6 +20,10 @@ from lakelog.lake.base import AppTxn, DataFile
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 
 
+#: The commit-info field holding a commit's own id (`commit`), by which its version is found.
+COMMIT_ID = "lakelog.commit"
+
+
 def commit(
     snapshot: DeltaSnapshot,
     adds: list[AddAction],
@@ -27,11 +31,12 @@ def commit(
     txns: Sequence[AppTxn],
     metadata: Mapping[str, Any] | None,
     *,
+    commit_id: str,
     discard: Callable[[list[str]], None],
 ) -> None:
     """Commit `adds` and the removal of `removed` on `snapshot`'s table, with `txns` and
-    `metadata`; on a conflict, `discard` the added files' paths and raise
-    `ConcurrentWriteError`."""
+    `metadata` (and `commit_id` as `COMMIT_ID`); on a conflict, `discard` the added files' paths
+    and raise `ConcurrentWriteError`."""
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = list(adds)
     actions += [
@@ -39,7 +44,7 @@ def commit(
         for f in removed
     ]
     properties = CommitProperties(
-        custom_metadata=dict(metadata) if metadata else None,
+        custom_metadata={**(metadata or {}), COMMIT_ID: commit_id},
         app_transactions=[Transaction(t.app_id, t.version) for t in txns] or None,
         max_commit_retries=5,
     )

@@ -27,9 +27,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakelog.errors import SchemaMismatchError, TableNotFoundError
+from lakelog.errors import ChangesUnavailableError, SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
 from lakelog.lake import change_feed, data_files, delta_commit, driver_write, forgetting, held_read
+from lakelog.lake.changes import log_actions
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
@@ -286,9 +287,25 @@ class EmbeddedLake:
         txns: Sequence[AppTxn],
         metadata: Mapping[str, Any] | None,
     ) -> int:
-        delta_commit.commit(snapshot, adds, removed, txns, metadata,
+        commit_id = uuid.uuid4().hex
+        delta_commit.commit(snapshot, adds, removed, txns, metadata, commit_id=commit_id,
                             discard=lambda paths: self._delete_files(snapshot.path, paths))
-        return self._delta(snapshot.path).version()
+        return self._committed_version(snapshot, commit_id)
+
+    def _committed_version(self, snapshot: DeltaSnapshot, commit_id: str) -> int:
+        """The version commit `commit_id` on `snapshot` became: the first after it whose commit
+        info carries the id (delta-rs retries a commit that conflicts with nothing after other
+        writers' versions). Read from the log's commit files, where loading the table gave its
+        latest version, another writer's if one committed right after (and took 2-4 ms)."""
+        root = self.fs_path(snapshot.path)
+        version = snapshot.version + 1
+        try:
+            while not any(a.get("commitInfo", {}).get(delta_commit.COMMIT_ID) == commit_id
+                          for a in log_actions(self.fs, root, version)):
+                version += 1
+        except ChangesUnavailableError:  # its log trimmed already (`forget_history`)
+            return self._delta(snapshot.path).version()
+        return version
 
     def list_files(self, path: str) -> list[tuple[str, int]]:
         """Files below `path` (relative paths and sizes), skipping hidden and temporary ones."""

@@ -14,7 +14,7 @@ from pyspark.testing import assertDataFrameEqual
 from lakelog.errors import (
     ChangesUnavailableError, ConcurrentWriteError, SchemaMismatchError, TableNotFoundError,
 )
-from lakelog.lake import AppTxn
+from lakelog.lake import AppTxn, delta_commit
 
 SCHEMA = T.StructType(
     [
@@ -28,6 +28,30 @@ SCHEMA = T.StructType(
 
 def rows(spark, ids, part=0):
     return spark.createDataFrame([(part, i, f"n{i}", {"k": str(i)}) for i in ids], SCHEMA)
+
+
+def test_a_write_returns_the_version_its_commit_became(lake, spark, monkeypatch):
+    """Planned on an older snapshot, an append that conflicts with nothing lands after the
+    versions committed since (delta-rs retries it); and another writer may commit right after
+    it. Either way the write returns its own version, found by the commit's id in the log, and
+    that version holds exactly its rows."""
+    lake.create_table("t", SCHEMA)
+    stale = lake.snapshot("t")
+    assert lake.write(lake.snapshot("t"), rows(spark, [1])) == 1
+    assert lake.write(lake.snapshot("t"), rows(spark, [2])) == 2
+    assert lake.write(stale, rows(spark, [3])) == 3
+    commit = delta_commit.commit
+
+    def and_another_right_after(*args, **kwargs):
+        commit(*args, **kwargs)
+        monkeypatch.setattr(delta_commit, "commit", commit)
+        lake.write_rows(lake.snapshot("t"), [{"part": 0, "id": 5, "name": "n5", "tags": {}}])
+
+    monkeypatch.setattr(delta_commit, "commit", and_another_right_after)
+    assert lake.write_rows(stale, [{"part": 0, "id": 4, "name": "n4", "tags": {}}]) == 4
+    assert lake.snapshot("t").version == 5
+    for version, added in [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]:
+        assert sorted(r.id for r in lake.changes("t", version, version).collect()) == [added]
 
 
 def test_append_is_one_commit_readable_by_delta_rs(lake, spark):
