@@ -21,9 +21,8 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
 
-from lakelog.lake import DataFile, Lake, Snapshot, held_read
+from lakelog.lake import DataFile, Lake, Snapshot
 
 #: The most records read here, those of the ranges: a microbatch's worth, as many as a change
 #: feed handed to Spark as local rows (a local relation is sent with each query that uses it).
@@ -55,27 +54,14 @@ def holds(
     )
 
 
-def records(
-    lake: Lake, snapshot: Snapshot, files: Sequence[DataFile],
-    ranges: Mapping[int, tuple[int, int]],
-) -> DataFrame | None:
-    """The records of `ranges` (per log partition, ``start <= offset < end``) in `files`, the
-    files that hold them, as a local relation in the log's schema; None when they take more
-    than `HELD_ARROW_BYTES` (read them by Spark)."""
-    held = read(lake, snapshot, files, ranges)
-    return None if held is None else frame(lake, snapshot, held)
-
-
-def frame(lake: Lake, snapshot: Snapshot, table: pa.Table) -> DataFrame:
-    """Records `read` here as a local relation in the log's schema."""
-    return held_read.frame(lake.spark, table, snapshot.schema)
-
-
 def read(
     lake: Lake, snapshot: Snapshot, files: Sequence[DataFile],
     ranges: Mapping[int, tuple[int, int]],
 ) -> pa.Table | None:
-    """The Arrow rows `records` hands to Spark (None: more than `HELD_ARROW_BYTES`)."""
+    """The records of `ranges` (per log partition, ``start <= offset < end``) in `files`, the
+    files that hold them, as Arrow rows in the log's columns, for Spark as a local relation
+    (`held_read.frame`); None when they take more than `HELD_ARROW_BYTES` (read them by
+    Spark)."""
     names = [n for n in snapshot.schema.fieldNames() if n != PARTITION]
     parts = []
     for partition, (start, end) in sorted(ranges.items()):

@@ -25,7 +25,9 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from lakelog.errors import ConcurrentWriteError, UnknownTopicError
-from lakelog.lake import AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed
+from lakelog.lake import (
+    AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed, held_read,
+)
 from lakelog.lake.pages import LOG_PAGE_ROWS, PAGE_ROWS
 from lakelog.log import held_records
 from lakelog.log.held_batch import with_offsets
@@ -228,7 +230,7 @@ def read_range(
     if held_records.holds(snapshot, files, wanted):
         held = held_records.read(lake, snapshot, files, wanted)
         if held is not None:
-            return held_records.frame(lake, snapshot, held), (
+            return held_read.frame(lake.spark, held, snapshot.schema), (
                 stats if stats is not None else RangeStats.of(held))
     df = lake.read(snapshot, files=files)
     return df.where(_range_filter(wanted)) if wanted else df.limit(0), stats

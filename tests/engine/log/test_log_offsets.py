@@ -136,9 +136,9 @@ def test_a_held_read_of_offset_ranges_equals_sparks(lake, spark, topic, monkeypa
     # Records that take more memory than the held read allows are read by Spark.
     every = {p: (0, h) for p, h in heads.items()}
     files = offsets._range_files(snapshot, every)
-    assert held_records.records(lake, snapshot, files, every) is not None
+    assert held_records.read(lake, snapshot, files, every) is not None
     monkeypatch.setattr(held_records, "HELD_ARROW_BYTES", 0)
-    assert held_records.records(lake, snapshot, files, every) is None
+    assert held_records.read(lake, snapshot, files, every) is None
     assert offsets.read_offsets(lake, snapshot, every).count() == sum(heads.values())
 
 
@@ -171,13 +171,19 @@ def test_a_held_read_keeps_wall_clock_times_in_a_zone_that_skips_them(lake, spar
             gap + timedelta(minutes=10 * i) for i in range(8)]
 
 
-def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spark):
+def three_files(lake, spark):
+    """A one-partition topic's log of offsets 0-9, 10-19 and 20-29 in a file each; event e5
+    (offset 5) has no product."""
     topic = make_topic(partitions=1)
-    for chunk in range(3):  # offsets 0-9, 10-19, 20-29 in a file each; e5 has no product
+    for chunk in range(3):
         rows = envelope(spark, topic, range(chunk * 10, chunk * 10 + 10), user="k")
         rows = rows.withColumn("product_id", F.when(F.col("event_id") != "e5", F.col("product_id")))
         do_append(lake, topic, rows)
-    snapshot = lake.snapshot(topic.path)
+    return lake.snapshot(topic.path)
+
+
+def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spark):
+    snapshot = three_files(lake, spark)
 
     stats = offsets.range_stats(snapshot, {0: (0, 20)})
     assert stats.records == 20
@@ -200,12 +206,7 @@ def test_read_range_takes_a_cut_batchs_stats_from_its_held_records(lake, spark, 
     """A range that ends inside a file has no statistics of its own (`range_stats` is None),
     but records read here give the same facts, exactly those Spark computes from the rows;
     read by Spark they are still unknown."""
-    topic = make_topic(partitions=1)
-    for chunk in range(3):  # offsets 0-9, 10-19, 20-29 in a file each; e5 has no product
-        rows = envelope(spark, topic, range(chunk * 10, chunk * 10 + 10), user="k")
-        rows = rows.withColumn("product_id", F.when(F.col("event_id") != "e5", F.col("product_id")))
-        do_append(lake, topic, rows)
-    snapshot = lake.snapshot(topic.path)
+    snapshot = three_files(lake, spark)
     for ranges in ({0: (3, 14)}, {0: (6, 7)}, {0: (11, 29)}):
         assert offsets.range_stats(snapshot, ranges) is None
         records, stats = offsets.read_range(lake, snapshot, ranges)
@@ -230,10 +231,7 @@ def test_a_held_read_is_bounded_by_the_ranges_records_and_the_files_they_cut(
 ):
     """A few records cut out of larger files are read here (their stats known, see above);
     more records than `HELD_RECORDS`, or files of more than `HELD_FILE_RECORDS`, go to Spark."""
-    topic = make_topic(partitions=1)
-    for chunk in range(3):  # offsets 0-9, 10-19, 20-29 in a file each
-        do_append(lake, topic, envelope(spark, topic, range(chunk * 10, chunk * 10 + 10), user="k"))
-    snapshot = lake.snapshot(topic.path)
+    snapshot = three_files(lake, spark)
     monkeypatch.setattr(held_records, "HELD_RECORDS", 5)
     monkeypatch.setattr(held_records, "HELD_FILE_RECORDS", 15)
 
