@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from lakelog.consumers import units
 from lakelog.consumers.checkpoints import TopicPartition
 from lakelog.consumers.consumer import Consumer
-from lakelog.lake import Lake
+from lakelog.lake import Lake, Snapshot
 from lakelog.log.offsets import partition_states
 from lakelog.log.topics import Topic
 
@@ -31,13 +31,19 @@ class PartitionLag:
         return self.head - self.committed
 
 
-def positions(lake: Lake, topics: Mapping[str, Topic]) -> dict[TopicPartition, tuple[int, int]]:
-    """(log-start, head) per topic and log partition; a topic never written has none."""
+def positions(
+    lake: Lake, topics: Mapping[str, Topic], logs: Mapping[str, Snapshot] | None = None,
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(log-start, head) per topic and log partition; a topic never written has none. `logs`:
+    snapshots of the topics' logs the caller holds already (by topic name), not loaded again."""
     found = {}
     for name, topic in topics.items():
-        if not lake.exists(topic.path):
-            continue
-        for p, state in partition_states(lake.snapshot(topic.path), topic.partitions).items():
+        log = (logs or {}).get(name)
+        if log is None:
+            if not lake.exists(topic.path):
+                continue
+            log = lake.snapshot(topic.path)
+        for p, state in partition_states(log, topic.partitions).items():
             found[(name, p)] = (state.start_offset, state.head)
     return found
 

@@ -33,7 +33,7 @@ from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.lake.merge_on_read import merge_keys
 from lakelog.lake.squash import ensure_layout
-from lakelog.log.offsets import ensure_topic_table, read_range, topic_snapshot
+from lakelog.log.offsets import ensure_topic_table, read_range
 from lakelog.log.topics import Topic
 
 
@@ -113,8 +113,8 @@ def run_batch(
         raise ConfigError(f"consumer {consumer.name} is a group: run it by its log partitions "
                           "(lakelog.consumers.groups)")
     topic_map = consumer.topics_in(topics)
-    for topic in topic_map.values():
-        ensure_topic_table(lake, topic)
+    # The logs as the batch finds them: its plan's heads and its reads come from these.
+    logs = {name: ensure_topic_table(lake, topic) for name, topic in topic_map.items()}
     heads: dict[TopicPartition, tuple[int, int]] | None = None
     planned: list[_Planned] = []
     for unit in units:
@@ -126,7 +126,7 @@ def run_batch(
         if checkpoint.plan is not None:
             planned.append(_Planned(unit, checkpoint, checkpoint.plan, resumed=True))
             continue
-        heads = positions(lake, topic_map) if heads is None else heads
+        heads = positions(lake, topic_map, logs) if heads is None else heads
         plan = make_plan(
             checkpoint,
             {tp: p for tp, p in heads.items() if unit.owns(tp)},
@@ -161,7 +161,7 @@ def run_batch(
     groups = list(together.items())
     for index, (pending, group) in enumerate(groups):
         if pending or consumer.advance:
-            _process(lake, consumer, topic_map, group, snapshots,
+            _process(lake, consumer, logs, group, snapshots,
                      [o for o in consumer.outputs if o.path in pending], now=now)
             if index + 1 < len(groups):  # the next group writes after this one's commits
                 snapshots.update({path: lake.snapshot(path) for path in pending})
@@ -200,20 +200,21 @@ class _Planned:
 def _process(
     lake: Lake,
     consumer: Consumer,
-    topic_map: Mapping[str, Topic],
+    logs: Mapping[str, Snapshot],
     group: list[_Planned],
     snapshots: Mapping[str, Snapshot],
     pending: list[Output],
     *,
     now: datetime,
 ) -> None:
-    """Steps 2 and 3 for units that go together: read their ranges, transform, and write each
+    """Steps 2 and 3 for units that go together: read their ranges from `logs` (the topics'
+    logs as the batch found them, which its new plans were made on), transform, and write each
     pending output once with all their transactions."""
     ranges = {tp: r for p in group for tp, r in p.plan.ranges.items()}
     records, stats, schemas = {}, {}, {}
     for name in consumer.topics:  # step 2
         mine = {part: r for (t, part), r in ranges.items() if t == name}
-        log = topic_snapshot(lake, topic_map[name])
+        log = logs[name]
         (records[name], stats[name]), schemas[name] = read_range(lake, log, mine), log.schema
     planned_at = max(p.checkpoint.updated_at or now for p in group)  # a retry: the same time
     batch = BatchInput(

@@ -106,6 +106,12 @@ def new_records(
     return good.filter(pa.array(keep, pa.bool_()))
 
 
+def per_partition(records: pa.Table) -> dict[int, int]:
+    """How many of `records` (with `partition`) each log partition has."""
+    counts = pc.value_counts(records["partition"])
+    return {int(c["values"]): int(c["counts"]) for c in counts.to_pylist()}
+
+
 def with_offsets(records: pa.Table, heads: Mapping[int, int], order: Sequence[str]) -> pa.Table:
     """`records` (with `partition`) with their `offset`: contiguous after each log partition's
     head, in `order` within it."""

@@ -30,7 +30,7 @@ from lakelog.lake import (
 )
 from lakelog.lake.pages import LOG_PAGE_ROWS, PAGE_ROWS
 from lakelog.log import held_records
-from lakelog.log.held_batch import with_offsets
+from lakelog.log.held_batch import per_partition, with_offsets
 from lakelog.log.topics import Topic
 
 APPEND_GUARD = "lakelog.append"
@@ -58,9 +58,10 @@ class AppendResult:
     ranges: Mapping[int, tuple[int, int]]
 
 
-def ensure_topic_table(lake: Lake, topic: Topic) -> None:
-    lake.create_table(topic.path, topic.table_schema, partition_by=["partition"],
-                      properties={PAGE_ROWS: str(LOG_PAGE_ROWS)})
+def ensure_topic_table(lake: Lake, topic: Topic) -> Snapshot:
+    """The topic's log, created if it does not exist: its latest snapshot."""
+    return lake.create_table(topic.path, topic.table_schema, partition_by=["partition"],
+                             properties={PAGE_ROWS: str(LOG_PAGE_ROWS)})
 
 
 def topic_snapshot(lake: Lake, topic: Topic | str) -> Snapshot:
@@ -160,9 +161,10 @@ def append(
     the new snapshot. Returns None if one of `txns` was already committed (the work was done).
     `rows_hint` is about how many records there are, when known (`Lake.write`).
     """
-    ensure_topic_table(lake, topic)
+    snapshot = ensure_topic_table(lake, topic)
     for attempt in range(attempts):
-        snapshot = lake.snapshot(topic.path)
+        if attempt:  # the race was lost to a newer version
+            snapshot = lake.snapshot(topic.path)
         if any(already_committed(snapshot, t) for t in txns):
             return None
         records, metadata = prepare(snapshot)
@@ -172,18 +174,22 @@ def append(
             if isinstance(records, pa.Table):  # held here, with their log partition
                 version = lake.write_table(snapshot, with_offsets(records, before, order_by),
                                            txns=[guard, *txns], metadata=metadata)
+                # Offsets were assigned here from `before`: each partition's head moved by its
+                # records (known without loading the new version to read them).
+                after = {**before, **{p: before.get(p, 0) + n
+                                      for p, n in per_partition(records).items()}}
             else:
                 assigned = assign_offsets(
                     records, partitions=topic.partitions, heads=before, order_by=order_by
                 ).select(*topic.table_schema.fieldNames())
                 version = lake.write(snapshot, assigned, txns=[guard, *txns], metadata=metadata,
                                      rows_hint=rows_hint)
+                after = heads(lake.snapshot(topic.path, version), topic.partitions)
         except ConcurrentWriteError:
             if attempt == attempts - 1:
                 raise
             time.sleep(random.uniform(0, min(2.0, 0.05 * 2**attempt)))  # back off, desynchronise
             continue
-        after = heads(lake.snapshot(topic.path, version), topic.partitions)
         ranges = {p: (before.get(p, 0), h) for p, h in after.items() if h > before.get(p, 0)}
         result = AppendResult(version, sum(e - s for s, e in ranges.values()), ranges)
         return result, metadata

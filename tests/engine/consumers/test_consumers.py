@@ -116,6 +116,28 @@ def test_a_batchs_writes_done_here_collect_their_rows_in_one_spark_job(lake, loa
     assert_exactly_once(lake)
 
 
+def test_a_batch_loads_its_topics_log_once(lake, loaded, monkeypatch):
+    """A batch plans on the log as it finds it and reads its records from that same snapshot:
+    a Delta table load (a few ms, more as the log's files grow) each, where it took three."""
+    loads = []
+    load = EmbeddedLake._delta
+
+    def counted(self, path, version=None):
+        loads.append(path)
+        return load(self, path, version)
+
+    monkeypatch.setattr(EmbeddedLake, "_delta", counted)
+    consumer = make_consumer(max_records=15)
+    assert consumers.run_batch(lake, consumer, loaded, now=clock()).records == 15
+    assert loads.count(loaded["events"].path) == 1
+    del loads[:]
+    assert consumers.run_batch(lake, consumer, loaded, now=clock()).records == 15
+    assert loads.count(loaded["events"].path) == 1
+    results = consumers.run_until_caught_up(lake, consumer, loaded, now=clock)
+    assert sum(r.records for r in results) == 10
+    assert_exactly_once(lake)
+
+
 def test_an_output_that_fails_raises_its_own_error_after_the_writes_before_it(lake, loaded):
     """When the query collecting a batch's outputs together fails, each write collects its own
     rows: the outputs before the one at fault commit, as they would alone, and it raises its

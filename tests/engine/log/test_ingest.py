@@ -43,6 +43,37 @@ def test_ingest_appends_each_file_once(lake, spark, topic, now):
     assert len(table_rows(lake, topic.path)) == 20
 
 
+def test_an_ingests_ranges_are_the_offsets_its_records_got(lake, spark, topic, now,
+                                                           ingest_path, monkeypatch):
+    """Each ingest reports per log partition the offsets its records were given, the second
+    going on where the first ended: the held path knows them from the offsets it assigned,
+    without loading the log's new version (the log is loaded once), Spark's from that version."""
+    loads = []
+    load = EmbeddedLake._delta
+
+    def counted(self, path, version=None):
+        loads.append(path)
+        return load(self, path, version)
+
+    monkeypatch.setattr(EmbeddedLake, "_delta", counted)
+    results = []
+    for name, ids in (("a.ndjson", range(0, 30)), ("b.ndjson", range(30, 50))):
+        drop(lake.root, topic.name, name, [record(i) for i in ids])
+        del loads[:]
+        results.append(ingest.ingest(lake, spark, topic, now=now))
+        assert loads.count(topic.path) == (1 if ingest_path == "held" else 2)
+    rows = lake.read(lake.snapshot(topic.path)).select(
+        "partition", "offset", F.col("headers")["source"].alias("source")).collect()
+    for result, name in zip(results, ("a.ndjson", "b.ndjson")):
+        got: dict[int, tuple[int, int]] = {}
+        for r in (r for r in rows if r.source.endswith(name)):
+            lo, hi = got.get(r.partition, (r.offset, r.offset + 1))
+            got[r.partition] = (min(lo, r.offset), max(hi, r.offset + 1))
+        assert dict(result.ranges) == got and len(got) > 1
+    assert all(results[1].ranges[p][0] == end for p, (_, end) in results[0].ranges.items()
+               if p in results[1].ranges)
+
+
 def test_envelope_columns(lake, spark, topic, now):
     drop(lake.root, topic.name, "a.ndjson", [record(1, user="alice")])
     ingest.ingest(lake, spark, topic, now=now)
