@@ -127,7 +127,8 @@ def _save(
     plan: Plan | None,
     state: Mapping[str, Any],
     now: datetime,
-) -> Checkpoint:
+) -> int:
+    """Replace the checkpoint by these offsets, plan and state; the table's new version."""
     keys = sorted(set(committed) | set(plan.ranges if plan else {}))
     rows = []
     for topic, partition in keys:
@@ -149,28 +150,24 @@ def _save(
     if not rows and state:  # nothing committed yet: a row without a partition keeps the state
         rows.append({"topic": None, "partition": None, "committed": None, "batch": batch,
                      "state": json.dumps(state, sort_keys=True), "updated_at": now})
-    version = rewrite(
+    return rewrite(
         lake, checkpoint_path(checkpoint.consumer), SCHEMA, checkpoint.snapshot, rows,
         guard=guard_app_id(checkpoint.consumer),
         metadata={"lakelog.checkpoint": {"batch": batch, "planned": plan.batch if plan else None}},
     )
-    return Checkpoint(
-        checkpoint.consumer,
-        lake.snapshot(checkpoint_path(checkpoint.consumer), version),
-        batch,
-        dict(committed),
-        plan,
-        dict(state),
-        now,
-    )
 
 
 def save_plan(lake: Lake, checkpoint: Checkpoint, plan: Plan, *, now: datetime) -> Checkpoint:
-    """Step 1 of a microbatch: record what it will process before any work is done."""
-    return _save(
+    """Step 1 of a microbatch: record what it will process before any work is done. The
+    checkpoint with the plan, on the table's new version, which step 4 commits against."""
+    version = _save(
         lake, checkpoint, batch=checkpoint.batch, committed=checkpoint.committed, plan=plan,
         state=checkpoint.state, now=now,
     )
+    return Checkpoint(checkpoint.consumer, lake.snapshot(checkpoint_path(checkpoint.consumer),
+                                                         version),
+                      checkpoint.batch, dict(checkpoint.committed), plan, dict(checkpoint.state),
+                      now)
 
 
 def save_commit(
@@ -180,8 +177,10 @@ def save_commit(
     *,
     now: datetime,
     state: Mapping[str, Any] | None = None,
-) -> Checkpoint:
-    """Step 4: the batch's outputs are committed; advance the offsets to the plan's ends."""
+) -> int:
+    """Step 4: the batch's outputs are committed; advance the offsets to the plan's ends. The
+    table's new version (`load` reads the checkpoint: nothing after a batch needs its snapshot,
+    a Delta table load of its own)."""
     committed = dict(checkpoint.committed)
     committed.update({tp: end for tp, (_, end) in plan.ranges.items()})
     return _save(
@@ -192,8 +191,9 @@ def save_commit(
 
 def save_state(
     lake: Lake, checkpoint: Checkpoint, state: Mapping[str, Any], *, now: datetime
-) -> Checkpoint:
-    """Replace the state alone: offsets and a pending plan stay as they are."""
+) -> int:
+    """Replace the state alone: offsets and a pending plan stay as they are. The table's new
+    version."""
     return _save(
         lake, checkpoint, batch=checkpoint.batch, committed=checkpoint.committed,
         plan=checkpoint.plan, state=state, now=now,
@@ -202,8 +202,9 @@ def save_state(
 
 def save_offsets(
     lake: Lake, checkpoint: Checkpoint, offsets: Mapping[TopicPartition, int], *, now: datetime
-) -> Checkpoint:
-    """Set committed offsets directly (an offset reset); batch ids keep increasing."""
+) -> int:
+    """Set committed offsets directly (an offset reset); batch ids keep increasing. The table's
+    new version."""
     committed = dict(checkpoint.committed)
     committed.update(offsets)
     return _save(
