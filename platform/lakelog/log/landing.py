@@ -86,7 +86,8 @@ def pending_files(lake: Lake, manifest: Manifest) -> list[tuple[str, int]]:
 def _save(
     lake: Lake, manifest: Manifest, ingested: Mapping[tuple[str, int], int],
     plan: IngestPlan | None, batch: int, now: datetime,
-) -> Manifest:
+) -> int:
+    """Replace the manifest by these files and plan; the table's new version."""
     rows = [
         {"file": f, "size": s, "batch": b, "done": True, "updated_at": now}
         for (f, s), b in sorted(ingested.items())
@@ -101,22 +102,21 @@ def _save(
         lake.create_table(manifest_path(manifest.topic), SCHEMA)
         snapshot = lake.snapshot(manifest_path(manifest.topic), version=0)
     guard = AppTxn(f"lakelog.landing:{manifest.topic}", snapshot.version + 1)
-    version = lake.write_rows(
-        snapshot, rows, mode="overwrite",
-        txns=[guard],
-    )
-    return Manifest(
-        manifest.topic, lake.snapshot(snapshot.path, version), batch,
-        dict(ingested), plan,
-    )
+    return lake.write_rows(snapshot, rows, mode="overwrite", txns=[guard])
 
 
 def save_plan(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime) -> Manifest:
-    return _save(lake, manifest, manifest.ingested, plan, manifest.batch, now)
+    """Step 1 of an ingest: the manifest with the plan, on the table's new version, which
+    step 4 (`save_done`) commits against."""
+    version = _save(lake, manifest, manifest.ingested, plan, manifest.batch, now)
+    return Manifest(manifest.topic, lake.snapshot(manifest_path(manifest.topic), version),
+                    manifest.batch, dict(manifest.ingested), plan)
 
 
-def save_done(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime) -> Manifest:
-    """Mark the plan's files ingested. Entries of files gone from the landing zone are dropped."""
+def save_done(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime) -> int:
+    """Mark the plan's files ingested. Entries of files gone from the landing zone are dropped.
+    The table's new version (`load_manifest` reads the manifest: nothing after an ingest needs
+    its snapshot, a Delta table load of its own)."""
     present = {
         (f"{landing_path(manifest.topic)}/{rel}", size)
         for rel, size in lake.list_files(landing_path(manifest.topic))
@@ -128,11 +128,11 @@ def save_done(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime
 
 def save_resized(
     lake: Lake, manifest: Manifest, sizes: Mapping[str, tuple[int, int]], *, now: datetime
-) -> Manifest:
+) -> int:
     """Keep the manifest true to landing files rewritten smaller (``file -> (old, new)`` size):
     an ingested or planned file is known by its new size too, so it is not taken again. The
     old entries stay until `save_done` drops them as gone, so a crash before the file is
-    rewritten leaves it known as well."""
+    rewritten leaves it known as well. The table's new version."""
     ingested = dict(manifest.ingested)
     for (file, size), batch in manifest.ingested.items():
         if file in sizes and sizes[file][0] == size:
