@@ -30,6 +30,20 @@ SCHEMA = T.StructType(
 )
 
 
+def table_loads(monkeypatch) -> list[str]:
+    """The paths of the Delta tables the embedded lake loads from now on (a few ms each), in
+    order: a list the caller may clear between the steps it counts."""
+    loads: list[str] = []
+    load = EmbeddedLake._delta
+
+    def counted(self, path, version=None):
+        loads.append(path)
+        return load(self, path, version)
+
+    monkeypatch.setattr(EmbeddedLake, "_delta", counted)
+    return loads
+
+
 def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 

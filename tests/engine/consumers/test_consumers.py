@@ -6,7 +6,7 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from engine_helpers import drop, record
+from engine_helpers import drop, record, table_loads
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -121,14 +121,7 @@ def test_a_batch_loads_its_topics_log_once_and_its_checkpoint_twice(lake, loaded
     one Delta table load (a few ms, more as the log's files grow) where it took three. Its
     checkpoint is loaded, then again after the plan is saved (step 4 commits against that
     version), and not after step 4."""
-    loads = []
-    load = EmbeddedLake._delta
-
-    def counted(self, path, version=None):
-        loads.append(path)
-        return load(self, path, version)
-
-    monkeypatch.setattr(EmbeddedLake, "_delta", counted)
+    loads = table_loads(monkeypatch)
     consumer = make_consumer(max_records=10)
     # The first batch creates the checkpoint table; the loads of the ones after it are counted.
     assert consumers.run_batch(lake, consumer, loaded, now=clock()).records == 10

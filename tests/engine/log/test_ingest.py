@@ -9,7 +9,7 @@ import json
 
 import pytest
 from pyspark.sql import functions as F
-from engine_helpers import drop, make_topic, record
+from engine_helpers import drop, make_topic, record, table_loads
 
 from lakelog.lake import AppTxn, EmbeddedLake
 from lakelog.log import dead_letters, held_batch, ingest, landing
@@ -49,14 +49,7 @@ def test_an_ingests_ranges_are_the_offsets_its_records_got(lake, spark, topic, n
     going on where the first ended: the held path knows them from the offsets it assigned,
     without loading the log's new version (the log is loaded once), Spark's from that version.
     The manifest is loaded, then again after the plan is saved, and not after it is done."""
-    loads = []
-    load = EmbeddedLake._delta
-
-    def counted(self, path, version=None):
-        loads.append(path)
-        return load(self, path, version)
-
-    monkeypatch.setattr(EmbeddedLake, "_delta", counted)
+    loads = table_loads(monkeypatch)
     results = []
     for name, ids in (("a.ndjson", range(0, 30)), ("b.ndjson", range(30, 50))):
         drop(lake.root, topic.name, name, [record(i) for i in ids])
