@@ -85,7 +85,7 @@ def pending_files(lake: Lake, manifest: Manifest) -> list[tuple[str, int]]:
 
 def _save(
     lake: Lake, manifest: Manifest, ingested: Mapping[tuple[str, int], int],
-    plan: IngestPlan | None, batch: int, now: datetime,
+    plan: IngestPlan | None, now: datetime,
 ) -> int:
     """Replace the manifest by these files and plan; the table's new version."""
     rows = [
@@ -108,7 +108,7 @@ def _save(
 def save_plan(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime) -> Manifest:
     """Step 1 of an ingest: the manifest with the plan, on the table's new version, which
     step 4 (`save_done`) commits against."""
-    version = _save(lake, manifest, manifest.ingested, plan, manifest.batch, now)
+    version = _save(lake, manifest, manifest.ingested, plan, now)
     return Manifest(manifest.topic, lake.snapshot(manifest_path(manifest.topic), version),
                     manifest.batch, dict(manifest.ingested), plan)
 
@@ -123,7 +123,7 @@ def save_done(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime
     }
     ingested = {item: b for item, b in manifest.ingested.items() if item in present}
     ingested.update(dict.fromkeys(plan.files, plan.batch))
-    return _save(lake, manifest, ingested, None, plan.batch, now)
+    return _save(lake, manifest, ingested, None, now)
 
 
 def save_resized(
@@ -141,4 +141,4 @@ def save_resized(
     if plan is not None:
         plan = IngestPlan(plan.batch, tuple(sorted(
             (f, sizes[f][1]) if f in sizes and sizes[f][0] == s else (f, s) for f, s in plan.files)))
-    return _save(lake, manifest, ingested, plan, manifest.batch, now)
+    return _save(lake, manifest, ingested, plan, now)

@@ -156,7 +156,7 @@ def test_resume_after_append_committed_reports_the_recorded_counts(lake, spark, 
     done = ingest.ingest(lake, spark, topic, now=now)
     # Simulate a crash before step 4: put the plan back as pending.
     manifest = landing.load_manifest(lake, topic.name)
-    landing._save(lake, manifest, {}, landing.IngestPlan(0, tuple(manifest.ingested)), -1, now)
+    landing._save(lake, manifest, {}, landing.IngestPlan(0, tuple(manifest.ingested)), now)
     resumed = ingest.ingest(lake, spark, topic, now=now)
     assert resumed.resumed and resumed.batch == 0
     assert (resumed.read, resumed.appended, resumed.duplicates, resumed.dead_letters) == (
