@@ -17,7 +17,8 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from lakelog.lake import AppTxn, Lake, Snapshot
+from lakelog.lake import Lake, Snapshot
+from lakelog.lake.guarded_rewrite import guarded_rewrite
 
 TopicPartition = tuple[str, int]
 
@@ -98,26 +99,6 @@ def load(lake: Lake, consumer: str) -> Checkpoint:
     return Checkpoint(consumer, snapshot, batch, committed, plan, state, rows[0]["updated_at"])
 
 
-def rewrite(
-    lake: Lake,
-    path: str,
-    schema: T.StructType,
-    snapshot: Snapshot | None,
-    rows: list[dict[str, Any]],
-    *,
-    guard: str,
-    metadata: Mapping[str, Any],
-) -> int:
-    """Replace the small table at `path` by `rows`, relative to `snapshot` (None: the table does
-    not exist yet, and is created): the commit carries the application transaction `guard`, so
-    of two writers from one snapshot one fails (`ConcurrentWriteError`). The new version."""
-    if snapshot is None:  # first commit: relative to the empty table, so a racing first wins
-        lake.create_table(path, schema)
-        snapshot = lake.snapshot(path, version=0)
-    return lake.write_rows(snapshot, rows, mode="overwrite",
-                           txns=[AppTxn(guard, snapshot.version + 1)], metadata=metadata)
-
-
 def _save(
     lake: Lake,
     checkpoint: Checkpoint,
@@ -150,7 +131,7 @@ def _save(
     if not rows and state:  # nothing committed yet: a row without a partition keeps the state
         rows.append({"topic": None, "partition": None, "committed": None, "batch": batch,
                      "state": json.dumps(state, sort_keys=True), "updated_at": now})
-    return rewrite(
+    return guarded_rewrite(
         lake, checkpoint_path(checkpoint.consumer), SCHEMA, checkpoint.snapshot, rows,
         guard=guard_app_id(checkpoint.consumer),
         metadata={"lakelog.checkpoint": {"batch": batch, "planned": plan.batch if plan else None}},
@@ -164,10 +145,9 @@ def save_plan(lake: Lake, checkpoint: Checkpoint, plan: Plan, *, now: datetime) 
         lake, checkpoint, batch=checkpoint.batch, committed=checkpoint.committed, plan=plan,
         state=checkpoint.state, now=now,
     )
-    return Checkpoint(checkpoint.consumer, lake.snapshot(checkpoint_path(checkpoint.consumer),
-                                                         version),
-                      checkpoint.batch, dict(checkpoint.committed), plan, dict(checkpoint.state),
-                      now)
+    snapshot = lake.snapshot(checkpoint_path(checkpoint.consumer), version)
+    return Checkpoint(checkpoint.consumer, snapshot, checkpoint.batch, dict(checkpoint.committed),
+                      plan, dict(checkpoint.state), now)
 
 
 def save_commit(

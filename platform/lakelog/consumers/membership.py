@@ -18,10 +18,10 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import types as T
 
-from lakelog.consumers import checkpoints
 from lakelog.consumers.units import GROUPS
 from lakelog.errors import ConcurrentWriteError
 from lakelog.lake import Lake, Snapshot
+from lakelog.lake.guarded_rewrite import guarded_rewrite
 
 SCHEMA = T.StructType(
     [
@@ -107,7 +107,7 @@ def heartbeat(
         rows = [{"member": m, "generation": generation, "joined_at": joined[m], "heartbeat": seen}
                 for m, seen in sorted(alive.items())]
         try:
-            written = checkpoints.rewrite(
+            written = guarded_rewrite(
                 lake, members_path(consumer), SCHEMA, found.snapshot, rows,
                 guard=f"lakelog.group:{consumer}/members",
                 metadata={"lakelog.group": {"member": member, "generation": generation,

@@ -17,7 +17,8 @@ from datetime import datetime
 
 from pyspark.sql import types as T
 
-from lakelog.lake import AppTxn, Lake, Snapshot
+from lakelog.lake import Lake, Snapshot
+from lakelog.lake.guarded_rewrite import guarded_rewrite
 
 SUFFIXES = (".ndjson", ".jsonl", ".json")
 
@@ -97,12 +98,8 @@ def _save(
             {"file": f, "size": s, "batch": plan.batch, "done": False, "updated_at": now}
             for f, s in plan.files
         ]
-    snapshot = manifest.snapshot
-    if snapshot is None:  # first commit: relative to the empty table, so a racing first wins
-        lake.create_table(manifest_path(manifest.topic), SCHEMA)
-        snapshot = lake.snapshot(manifest_path(manifest.topic), version=0)
-    guard = AppTxn(f"lakelog.landing:{manifest.topic}", snapshot.version + 1)
-    return lake.write_rows(snapshot, rows, mode="overwrite", txns=[guard])
+    return guarded_rewrite(lake, manifest_path(manifest.topic), SCHEMA, manifest.snapshot, rows,
+                           guard=f"lakelog.landing:{manifest.topic}")
 
 
 def save_plan(lake: Lake, manifest: Manifest, plan: IngestPlan, *, now: datetime) -> Manifest:
