@@ -91,12 +91,17 @@ def read_landing_lines(spark: SparkSession, lake: Lake, files: Sequence[str]) ->
     path = _decoded_path(F.col("_metadata.file_path"))
     relative = F.when(path.startswith(root), F.substring(path, len(root) + 1, 1 << 30)).otherwise(
         F.raise_error(F.concat(F.lit(f"a landing file outside the lake root {root}: "), path)))
-    lines = whole.select(relative.alias("_src_file"),
-                         F.posexplode(F.split("value", "\n")).alias("_pos", "value"))
+    # The path once per file, before the lines are cut out: selected beside them, Spark
+    # decoded it again for every line (twice, in the check and the result).
+    per_file = whole.select(relative.alias("_src_file"), "value")
+    lines = per_file.select("_src_file",
+                            F.posexplode(F.split("value", "\n")).alias("_pos", "value"))
+    value = F.col("value")  # without a trailing CR: a test of the last byte, not a regex
     return lines.select(
         "_src_file",
         (F.col("_pos") + 1).cast("long").alias("_src_line"),
-        F.regexp_replace("value", "\r$", "").alias("value"),
+        F.when(value.endswith("\r"), value.substr(F.lit(1), F.length(value) - 1))
+        .otherwise(value).alias("value"),
     )
 
 

@@ -103,6 +103,22 @@ def test_bad_records_become_dead_letters(lake, spark, topic, now, line, reason):
     assert dead.line == 2 and dead.raw == line and reason in dead.reason
 
 
+def test_crlf_line_ends_are_not_part_of_a_line(lake, spark, topic, now):
+    """A file written with Windows line ends, its last line ended by a CR alone: each line is
+    read without its CR, an empty line is blank, and a bad line's dead letter is its text."""
+    folder = lake.root + "/landing/" + topic.name
+    drop(lake.root, topic.name, "placeholder.ndjson", [])  # the folder
+    text = "\r\n".join([json.dumps(record(0)), "", "{not json", json.dumps(record(3))])
+    with open(f"{folder}/crlf.ndjson", "w", encoding="utf-8", newline="") as f:
+        f.write(text + "\r")
+    result = ingest.ingest(lake, spark, topic, now=now)
+    assert (result.read, result.appended, result.dead_letters) == (3, 2, 1)
+    (dead,) = table_rows(lake, dead_letters.PATH)
+    assert (dead.line, dead.raw) == (3, "{not json")
+    rows = sorted(table_rows(lake, topic.path), key=lambda r: r.event_id)
+    assert [(r.event_id, r.headers["line"]) for r in rows] == [("e0", "1"), ("e3", "4")]
+
+
 def test_unknown_fields_are_ignored_and_nulls_allowed(lake, spark, topic, now):
     drop(lake.root, topic.name, "a.ndjson", [{**record(1), "extra": 5, "product_id": None}])
     result = ingest.ingest(lake, spark, topic, now=now)
