@@ -76,7 +76,7 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
     # Whether a line is suspect, and (only for those) the line parsed a second time as a flat
     # map to say what is wrong, are columns of their own, each computed once per line: as
     # expressions repeated in every check, the interpreted projection evaluated them through
-    # its common-subexpression cache, a cache look-up per use and line (8 % of a warm ingest).
+    # its common-subexpression cache, a cache look-up per use and line.
     parsed = parsed.withColumn(_SUSPECT, suspect)
     suspect = F.col(_SUSPECT)
     parsed = parsed.withColumn(

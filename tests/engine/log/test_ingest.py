@@ -6,6 +6,7 @@ batch up to `held_batch.SMALL_INGEST_BYTES`, the usual case) and through Spark (
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -106,11 +107,10 @@ def test_bad_records_become_dead_letters(lake, spark, topic, now, line, reason):
 def test_crlf_line_ends_are_not_part_of_a_line(lake, spark, topic, now):
     """A file written with Windows line ends, its last line ended by a CR alone: each line is
     read without its CR, an empty line is blank, and a bad line's dead letter is its text."""
-    folder = lake.root + "/landing/" + topic.name
-    drop(lake.root, topic.name, "placeholder.ndjson", [])  # the folder
+    folder = Path(lake.root) / "landing" / topic.name
+    folder.mkdir(parents=True, exist_ok=True)
     text = "\r\n".join([json.dumps(record(0)), "", "{not json", json.dumps(record(3))])
-    with open(f"{folder}/crlf.ndjson", "w", encoding="utf-8", newline="") as f:
-        f.write(text + "\r")
+    (folder / "crlf.ndjson").write_bytes((text + "\r").encode())
     result = ingest.ingest(lake, spark, topic, now=now)
     assert (result.read, result.appended, result.dead_letters) == (3, 2, 1)
     (dead,) = table_rows(lake, dead_letters.PATH)
