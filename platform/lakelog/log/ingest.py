@@ -30,7 +30,7 @@ from pyspark.sql import types as T
 from lakelog.lake import AppTxn, CommitMetadata, Lake, Snapshot, driver_write
 from lakelog.log import dead_letters, held_batch, landing
 from lakelog.log.offsets import AppendResult, append, partition_of
-from lakelog.log.records import INGEST_TIME, event_time, parse_lines, to_envelope, typed_fields
+from lakelog.log.records import INGEST_TIME, event_time, parse_lines, to_envelope
 from lakelog.log.topics import Topic
 from lakelog.spark import literals
 
@@ -214,15 +214,15 @@ def _append_held(
 ) -> Appended | None:
     """One Spark job: every line's envelope and log partition, or its error, collected; dead
     letters, duplicates and offsets are worked out here."""
-    # A bad line's typed fields are left out: its event time is not computed (and cannot fail);
-    # a good line's raw text too: only dead letters keep it. The headers (the line's file and
-    # number, which come back anyway) are made here, not sent back a second time as a map.
+    # A bad line's event time is not computed (and cannot fail); a good line's raw text is left
+    # out: only dead letters keep it. The headers (the line's file and number, which come back
+    # anyway) are made here, not sent back a second time as a map.
     broken = F.col("error").isNotNull()
-    kept = parsed.withColumns({"_typed": F.when(~broken, F.col("_typed")),
-                               held_batch.ERROR: F.col("error"),
+    kept = parsed.withColumns({held_batch.ERROR: F.col("error"),
                                held_batch.LINE: F.when(broken, F.col("value")),
                                "headers": F.lit(None).cast(HEADERS_TYPE)})
-    rows = to_envelope(kept, topic, keep=(*ORDER, held_batch.ERROR, held_batch.LINE)).withColumn(
+    rows = to_envelope(kept, topic, keep=(*ORDER, held_batch.ERROR, held_batch.LINE),
+                       good=~broken).withColumn(
         "partition", partition_of(F.col("key"), topic.partitions))
     good, bad = held_batch.split(driver_write.collect(rows)[0])
     good = held_batch.with_headers(good, *ORDER)
@@ -246,18 +246,11 @@ def _append_with_spark(
     extra: Mapping[str, Any],
 ) -> Appended | None:
     """A batch too large to hold: counted, de-duplicated and appended by Spark jobs."""
-    # The raw line is kept (cached) only for dead letters; good records are typed already.
-    parsed = parsed.withColumn("value", F.when(F.col("error").isNotNull(), F.col("value")))
-    # Cached flat: Spark's in-memory cache builds primitive columns far cheaper than a struct.
-    # The columns are known from the topic (not asked of Spark: a round trip over Connect).
-    fields = typed_fields(topic)
-    columns = [*LINE_COLUMNS, INGEST_TIME, "error"]
-    flat = parsed.select(
-        *columns, *[F.col("_typed")[f].alias(f"_typed.{f}") for f in fields]
-    ).persist()
-    parsed = flat.select(
-        *columns, F.struct(*[F.col(f"`_typed.{f}`").alias(f) for f in fields]).alias("_typed")
-    )
+    # The raw line is kept (cached) only for dead letters; good records are typed already, in
+    # columns of their own (`parse_lines`), which Spark's in-memory cache builds far cheaper
+    # than a struct.
+    parsed = parsed.withColumn(
+        "value", F.when(F.col("error").isNotNull(), F.col("value"))).persist()
     try:
         good_time = F.when(F.col("error").isNull(), event_time(topic))
         (stats,) = parsed.agg(
@@ -285,7 +278,7 @@ def _append_with_spark(
 
         done = append(lake, topic, prepare, order_by=ORDER, txns=txns, rows_hint=read - bad)
     finally:
-        flat.unpersist()
+        parsed.unpersist()
     return None if done is None else (done[0], counts)
 
 

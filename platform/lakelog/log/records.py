@@ -15,13 +15,28 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.log.topics import Topic
+from lakelog.log.topics import RESERVED_PREFIX, Topic
 
 CORRUPT = "_corrupt_record"
 
 
 #: `parse_lines`' working columns, dropped from its result.
-_SUSPECT, _RAW = "_lakelog_suspect", "_lakelog_raw"
+_SUSPECT, _RAW = f"{RESERVED_PREFIX}suspect", f"{RESERVED_PREFIX}raw"
+#: A typed field's column in `parse_lines`' result, and a decoded field's wire value: under the
+#: reserved prefix, so no payload field's name can clash with the lines' own columns.
+TYPED_PREFIX, _WIRE_PREFIX = f"{RESERVED_PREFIX}t_", f"{RESERVED_PREFIX}w_"
+
+
+def typed_col(name: str) -> Column:
+    """The column of the typed field `name` in `parse_lines`' result."""
+    return F.col(f"`{TYPED_PREFIX}{name}`")
+
+
+def _typed_struct(names: Sequence[str]) -> Column:
+    """The typed fields `names` as one struct, for the topic's rules and derived columns, which
+    take the record as a struct: a field read from it is the field's own column again (Spark
+    simplifies a field of a struct built in the same plan)."""
+    return F.struct(*[typed_col(n).alias(n) for n in names])
 
 
 def _first_error(checks: list[tuple[Column, Column]]) -> Column:
@@ -32,39 +47,47 @@ def _first_error(checks: list[tuple[Column, Column]]) -> Column:
 
 
 def typed_fields(topic: Topic) -> list[str]:
-    """The field names of `parse_lines`' `_typed` struct, in order, known without asking Spark:
+    """The typed field names of `parse_lines`' result, in order, known without asking Spark:
     the wire fields, the corrupt-record marker, then derived fields not among them."""
     names = [f.name for f in topic.wire_schema.fields] + [CORRUPT]
     return names + [d.name for d in topic.derived if d.name not in names]
 
 
 def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
-    """`lines` (a string column `value` plus any source columns) → typed payload + `error`.
+    """`lines` (a string column `value` plus any source columns) → typed fields + `error`.
 
     Blank lines are not records and are dropped; every other line comes out exactly once.
-    The result's columns are those of `lines`, then `_typed` (fields: `typed_fields`) and
-    `error`.
+    The result's columns are those of `lines`, then each typed field (`typed_fields`) as a
+    column of its own (`typed_col`), then `error`.
+
+    The fields are flattened as the line is parsed: Spark without generated code (lakelog's
+    default) reads a field of a struct stored in a row by resolving its type each time (Spark
+    4.2 builds the task's SQL conf to do so), where a column is read directly; a field read
+    twice also went through the projection's common-subexpression cache
+    (`benchmarks/bench_struct_fields.py`: 42 % less time flattened).
     """
     schema = T.StructType(
         [T.StructField(f.name, f.dataType) for f in topic.wire_schema.fields]
         + [T.StructField(CORRUPT, T.StringType())]
     )
+    names = schema.fieldNames()
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    parsed = lines.where(F.trim(F.col("value")) != "")
-    typed = F.from_json("value", schema, options)
+    nonblank = lines.where(F.trim(F.col("value")) != "")
+    # A line that is not a JSON object parses to null: `inline` gives it a row of nulls.
+    parsed = nonblank.select("*", F.inline(F.array(F.from_json("value", schema, options)))
+                             .alias(*[f"{TYPED_PREFIX}{n}" for n in names]))
     undecodable: list[Column] = []
-    if topic.decoders:  # each step its own column: the expressions refer to, not repeat, it
-        parsed = parsed.withColumn("_wire", typed)
-        wire = typed = F.col("_wire")
-        for d in topic.decoders:
-            typed = typed.withField(d.field, d.decode(wire[d.field]))
-        parsed = parsed.withColumn("_decoded", typed)
-        typed = F.col("_decoded")
-        undecodable = [d.problem(wire[d.field], typed[d.field]) for d in topic.decoders]
+    wire_of = {d.field: F.col(f"`{_WIRE_PREFIX}{d.field}`") for d in topic.decoders}
+    if wire_of:  # each decoded field's wire value kept beside it, for the problem it may report
+        parsed = parsed.withColumns({f"{_WIRE_PREFIX}{f}": typed_col(f) for f in wire_of})
+        parsed = parsed.withColumns({f"{TYPED_PREFIX}{d.field}": d.decode(wire_of[d.field])
+                                     for d in topic.decoders})
+        undecodable = [d.problem(wire_of[d.field], typed_col(d.field)) for d in topic.decoders]
     for d in topic.derived:
-        typed = typed.withField(d.name, d.expr(typed).cast(d.type))
-    parsed = parsed.withColumn("_typed", typed)
-    typed = F.col("_typed")
+        parsed = parsed.withColumn(f"{TYPED_PREFIX}{d.name}",
+                                   d.expr(_typed_struct(names)).cast(d.type))
+        names += [] if d.name in names else [d.name]
+    typed = _typed_struct(names)
     broken = [(~F.coalesce(rule.holds(typed), F.lit(False)), F.lit(rule.message))
               for rule in topic.rules]
     broken += [(problem.isNotNull(), problem) for problem in undecodable]
@@ -110,7 +133,7 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
     checks += [(typed[name].isNull(), F.lit(f"cannot derive '{name}'")) for name in derived]
     checks.append((F.lit(True), F.lit("record does not match the topic schema")))
     parsed = parsed.withColumn("error", F.when(suspect, _first_error(checks)))
-    return parsed.drop(_SUSPECT, _RAW, *(("_wire", "_decoded") if topic.decoders else ()))
+    return parsed.drop(_SUSPECT, _RAW, *[f"{_WIRE_PREFIX}{f}" for f in wire_of])
 
 
 INGEST_TIME = "_ingest_time"
@@ -125,26 +148,29 @@ def record_json() -> Column:
 
 def event_time(topic: Topic) -> Column:
     """The corrected event time of a parsed record (see `EventTime`); the ingest time if none."""
-    typed = F.col("_typed")
     if topic.time is None:
         return F.col(INGEST_TIME)
     if topic.time.sent and topic.time.received:
-        skew_us = F.unix_micros(typed[topic.time.received]) - F.unix_micros(typed[topic.time.sent])
-        return F.timestamp_micros(F.unix_micros(typed[topic.time.event]) + skew_us)
-    return typed[topic.time.event]
+        skew_us = (F.unix_micros(typed_col(topic.time.received))
+                   - F.unix_micros(typed_col(topic.time.sent)))
+        return F.timestamp_micros(F.unix_micros(typed_col(topic.time.event)) + skew_us)
+    return typed_col(topic.time.event)
 
 
-def to_envelope(parsed: DataFrame, topic: Topic, *, keep: Sequence[str] = ()) -> DataFrame:
+def to_envelope(
+    parsed: DataFrame, topic: Topic, *, keep: Sequence[str] = (), good: Column | None = None
+) -> DataFrame:
     """Good parsed records → topic envelope columns (without partition and offset), then the
-    columns `keep` (e.g. the records' source file and line).
+    columns `keep` (e.g. the records' source file and line). Given `good` (true for a good
+    record), the event time of any other row is null, not computed.
 
     The ingest time comes from the `_ingest_time` column."""
-    typed = F.col("_typed")
+    time = event_time(topic) if good is None else F.when(good, event_time(topic))
     return parsed.select(
-        typed[topic.key].cast("string").alias("key"),
-        typed[topic.event_id].cast("string").alias("event_id"),
-        event_time(topic).alias("event_time"),
-        *[typed[f.name].alias(f.name) for f in topic.payload_fields],
+        typed_col(topic.key).cast("string").alias("key"),
+        typed_col(topic.event_id).cast("string").alias("event_id"),
+        time.alias("event_time"),
+        *[typed_col(f.name).alias(f.name) for f in topic.payload_fields],
         F.col("headers"),
         F.col(INGEST_TIME).alias("ingest_time"),
         *keep,
