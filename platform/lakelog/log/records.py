@@ -87,7 +87,7 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
         parsed = parsed.withColumn(f"{TYPED_PREFIX}{d.name}",
                                    d.expr(_typed_struct(names)).cast(d.type))
         names += [] if d.name in names else [d.name]
-    typed = _typed_struct(names)
+    typed = _typed_struct(typed_fields(topic))  # the same names
     broken = [(~F.coalesce(rule.holds(typed), F.lit(False)), F.lit(rule.message))
               for rule in topic.rules]
     broken += [(problem.isNotNull(), problem) for problem in undecodable]
