@@ -1,7 +1,8 @@
 """A parsed struct's fields read one by one against flattened once, interpreted (issue 12).
 
-Ingest parses each line with `from_json` into a struct and reads a dozen of its fields: for the
-null checks of the required fields and for the record's columns. lakelog runs Spark without
+Ingest parsed each line with `from_json` into a struct and read a dozen of its fields: for the
+null checks of the required fields and for the record's columns (it flattens them as it parses
+since 8c0ccf4, `lakelog.log.records.parse_lines`). lakelog runs Spark without
 generated code (docs/spark.md). Interpreted, a read of a field of a struct stored in a row
 (`GetStructField` on an `UnsafeRow`) asks for the field type's physical type, which Spark 4.2
 resolves through its types framework by reading a SQL setting, building a read-only SQL conf of
