@@ -1,7 +1,7 @@
 """A microbatch's writes of its outputs (step 3 of `lakelog.consumers.batch`), each one commit.
 
-The rows of the writes done in this process (a small append, an upsert merged here,
-`lakelog.lake.held_merge`) are collected first, all of them by one query
+The rows of the writes done in this process (a small append or merge-on-read append, an upsert
+merged here, `lakelog.lake.held_merge`) are collected first, all of them by one query
 (`driver_write.collect_together`): a batch's outputs are often cut from one frame, and
 collected output by output, each was a job and, over Spark Connect, a round trip of its own.
 The writes then commit one by one, in the consumer's order, as before.
@@ -59,20 +59,33 @@ def held_frame(
     snapshot: Snapshot, output: Output, df: DataFrame | Changes | None, *, records: int,
 ) -> tuple[DataFrame, int] | None:
     """The frame `write_output` collects to write `df` here, and about how many rows it has: a
-    small append's rows, or what an upsert merged here collects
-    (`lakelog.lake.upsert.held_rows`); None for a write by Spark."""
+    small append's rows, a small merge-on-read append's (clustered as it is written), or what
+    an upsert merged here collects (`lakelog.lake.upsert.held_rows`); None for a write by
+    Spark, a rewrite of files (`Changes.replace`), or a write `write_output` refuses.
+
+    A rewrite collects alone: it carries its files' unchanged rows, and each row of the query
+    that collects writes together is as wide as all of them. Collected with its late rows, a
+    window's rewrite was no faster for the round trip saved: 0.93 s a batch against 0.86 s
+    (a 10-minute window, 9,000-16,000 rows), 0.64 s against 0.60 s (a 1-minute window,
+    about 1,000; benchmarks/README.md)."""
     if df is None:
         return None
     changes, hint = _changes(df, records)
-    if changes.replace or output.merge_on_read:
+    if changes.replace:
         return None
-    if output.keys:
+    if output.merge_on_read:
+        if changes.deletes is not None or changes.files is not None:
+            return None
+        frame = _versions(output, changes.rows, hint)
+    elif output.keys:
         frame = held_rows(snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
                           deletes=changes.deletes, candidates=changes.files, rows_hint=hint)
         return None if frame is None else (frame, hint)
-    if changes.deletes is None and driver_write.is_small_write(hint):
-        return changes.rows, hint
-    return None
+    elif changes.deletes is None:
+        frame = changes.rows
+    else:
+        return None
+    return (frame, hint) if driver_write.is_small_write(hint) else None
 
 
 def write_output(
@@ -105,11 +118,13 @@ def write_output(
         if changes.deletes is not None or changes.files is not None:
             raise ConfigError(f"output {output.path} is merge-on-read: it takes new versions "
                               "of rows, not deletes or files to replace")
-        rows = changes.rows
-        if output.rows_per_file:  # at most one row per record; usually one sorted file
-            rows = clustered(rows, output.keys, output.rows_per_file, hint, rows_hint=hint)
-        lake.write(snapshot, rows, txns=txns, metadata=metadata,
-                   max_records_per_file=output.rows_per_file, rows_hint=hint)
+        if collected is not None:
+            lake.write_table(snapshot, driver_write.conformed(snapshot, *collected), txns=txns,
+                             metadata=metadata, max_records_per_file=output.rows_per_file)
+        else:
+            lake.write(snapshot, _versions(output, changes.rows, hint), txns=txns,
+                       metadata=metadata, max_records_per_file=output.rows_per_file,
+                       rows_hint=hint)
     elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
@@ -124,6 +139,14 @@ def write_output(
                          metadata=metadata)
     else:
         lake.write(snapshot, changes.rows, txns=txns, metadata=metadata, rows_hint=hint)
+
+
+def _versions(output: Output, rows: DataFrame, hint: int) -> DataFrame:
+    """A merge-on-read output's new versions as written: at most one row per record, usually
+    one file, sorted by key with `rows_per_file`."""
+    if not output.rows_per_file:
+        return rows
+    return clustered(rows, output.keys, output.rows_per_file, hint, rows_hint=hint)
 
 
 def _changes(df: DataFrame | Changes, records: int) -> tuple[Changes, int]:

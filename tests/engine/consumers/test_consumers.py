@@ -116,6 +116,53 @@ def test_a_batchs_writes_done_here_collect_their_rows_in_one_spark_job(lake, loa
     assert_exactly_once(lake)
 
 
+NEWEST = T.StructType([T.StructField("user_id", T.StringType()),
+                       T.StructField("offset", T.LongType()),
+                       T.StructField("partition", T.IntegerType())])
+#: Each user's newest record, as new versions of a merge-on-read table.
+VERSIONS = Output("streams/versions", NEWEST, keys=("user_id",), newer_by="offset",
+                  merge_on_read=True, rows_per_file=2)
+
+
+def with_newest(batch: BatchInput):
+    records = batch.records["events"]
+    copy = records.select("event_id", "partition", "offset", F.lit(batch.batch).alias("batch"))
+    newest = records.groupBy("user_id").agg(F.max("offset").alias("offset"),
+                                            F.max("partition").alias("partition"))
+    return {COPY.path: copy, VERSIONS.path: newest}
+
+
+def test_new_versions_collect_with_the_batchs_other_writes(lake, loaded, monkeypatch):
+    """A merge-on-read output's new versions are collected with the batch's other writes by
+    one Spark job, and keep the key order their files are cut in: each commit's files hold
+    disjoint key ranges."""
+    collects = []
+    alone = driver_write.collect
+
+    def counted(df):
+        collects.append(df)
+        return alone(df)
+
+    monkeypatch.setattr(driver_write, "collect", counted)
+    consumer = Consumer("newest", ("events",), (COPY, VERSIONS), with_newest,
+                        max_records_per_batch=15)
+    results = consumers.run_until_caught_up(lake, consumer, loaded, now=clock)
+    assert len(results) == 3 and len(collects) == 3
+    log = lake.read(lake.snapshot(loaded["events"].path))
+    expected = {r.user_id: (r.offset, r.partition) for r in log.groupBy("user_id").agg(
+        F.max("offset").alias("offset"), F.max("partition").alias("partition")).collect()}
+    found = lake.read(lake.snapshot(VERSIONS.path)).collect()
+    assert {r.user_id: (r.offset, r.partition) for r in found} == expected
+    assert lake.read(lake.snapshot(COPY.path)).count() == 40
+    for version in range(1, lake.snapshot(VERSIONS.path).version + 1):  # each batch's commit
+        before = {f.path for f in lake.snapshot(VERSIONS.path, version - 1).files()}
+        added = sorted((f for f in lake.snapshot(VERSIONS.path, version).files()
+                        if f.path not in before), key=lambda f: f.min_values["user_id"])
+        assert added and all(f.num_records <= 2 for f in added)
+        assert all(a.max_values["user_id"] < b.min_values["user_id"]
+                   for a, b in zip(added, added[1:]))
+
+
 def test_a_batch_loads_its_topics_log_once_and_its_checkpoint_twice(lake, loaded, monkeypatch):
     """A batch plans on the log as it finds it and reads its records from that same snapshot:
     one Delta table load (a few ms, more as the log's files grow) where it took three. Its
