@@ -27,9 +27,17 @@ _SUSPECT, _RAW = f"{RESERVED_PREFIX}suspect", f"{RESERVED_PREFIX}raw"
 TYPED_PREFIX, _WIRE_PREFIX = f"{RESERVED_PREFIX}t_", f"{RESERVED_PREFIX}w_"
 
 
+def _typed_name(name: str) -> str:
+    return f"{TYPED_PREFIX}{name}"
+
+
+def _wire_name(field: str) -> str:
+    return f"{_WIRE_PREFIX}{field}"
+
+
 def typed_col(name: str) -> Column:
     """The column of the typed field `name` in `parse_lines`' result."""
-    return F.col(f"`{TYPED_PREFIX}{name}`")
+    return F.col(f"`{_typed_name(name)}`")
 
 
 def _typed_struct(names: Sequence[str]) -> Column:
@@ -75,16 +83,16 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
     nonblank = lines.where(F.trim(F.col("value")) != "")
     # A line that is not a JSON object parses to null: `inline` gives it a row of nulls.
     parsed = nonblank.select("*", F.inline(F.array(F.from_json("value", schema, options)))
-                             .alias(*[f"{TYPED_PREFIX}{n}" for n in names]))
+                             .alias(*map(_typed_name, names)))
     undecodable: list[Column] = []
-    wire_of = {d.field: F.col(f"`{_WIRE_PREFIX}{d.field}`") for d in topic.decoders}
+    wire_of = {d.field: F.col(f"`{_wire_name(d.field)}`") for d in topic.decoders}
     if wire_of:  # each decoded field's wire value kept beside it, for the problem it may report
-        parsed = parsed.withColumns({f"{_WIRE_PREFIX}{f}": typed_col(f) for f in wire_of})
-        parsed = parsed.withColumns({f"{TYPED_PREFIX}{d.field}": d.decode(wire_of[d.field])
+        parsed = parsed.withColumns({_wire_name(f): typed_col(f) for f in wire_of})
+        parsed = parsed.withColumns({_typed_name(d.field): d.decode(wire_of[d.field])
                                      for d in topic.decoders})
         undecodable = [d.problem(wire_of[d.field], typed_col(d.field)) for d in topic.decoders]
     for d in topic.derived:
-        parsed = parsed.withColumn(f"{TYPED_PREFIX}{d.name}",
+        parsed = parsed.withColumn(_typed_name(d.name),
                                    d.expr(_typed_struct(names)).cast(d.type))
         names += [] if d.name in names else [d.name]
     typed = _typed_struct(typed_fields(topic))  # the same names
@@ -133,7 +141,7 @@ def parse_lines(lines: DataFrame, topic: Topic) -> DataFrame:
     checks += [(typed[name].isNull(), F.lit(f"cannot derive '{name}'")) for name in derived]
     checks.append((F.lit(True), F.lit("record does not match the topic schema")))
     parsed = parsed.withColumn("error", F.when(suspect, _first_error(checks)))
-    return parsed.drop(_SUSPECT, _RAW, *[f"{_WIRE_PREFIX}{f}" for f in wire_of])
+    return parsed.drop(_SUSPECT, _RAW, *map(_wire_name, wire_of))
 
 
 INGEST_TIME = "_ingest_time"
