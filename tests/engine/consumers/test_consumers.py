@@ -98,18 +98,24 @@ def test_runs_until_caught_up_exactly_once(lake, loaded):
     assert consumers.run_batch(lake, consumer, loaded, now=clock()) is None
 
 
-def test_a_batchs_writes_done_here_collect_their_rows_in_one_spark_job(lake, loaded,
-                                                                       monkeypatch):
-    """The copy (an append) and the counts (an upsert merged here) of a batch are collected in
-    one Spark job (`driver_write.collect_together`), and written as each alone would be."""
-    collects = []
+@pytest.fixture
+def collects(monkeypatch, loaded):
+    """The frames `driver_write.collect` collects once the records are ingested (`loaded`),
+    each a Spark job."""
+    found = []
     alone = driver_write.collect
 
     def counted(df):
-        collects.append(df)
+        found.append(df)
         return alone(df)
 
     monkeypatch.setattr(driver_write, "collect", counted)
+    return found
+
+
+def test_a_batchs_writes_done_here_collect_their_rows_in_one_spark_job(lake, loaded, collects):
+    """The copy (an append) and the counts (an upsert merged here) of a batch are collected in
+    one Spark job (`driver_write.collect_together`), and written as each alone would be."""
     consumer = make_consumer(max_records=100)
     assert consumers.run_batch(lake, consumer, loaded, now=clock()).records == 40
     assert len(collects) == 1
@@ -132,18 +138,10 @@ def with_newest(batch: BatchInput):
     return {COPY.path: copy, VERSIONS.path: newest}
 
 
-def test_new_versions_collect_with_the_batchs_other_writes(lake, loaded, monkeypatch):
+def test_new_versions_collect_with_the_batchs_other_writes(lake, loaded, collects):
     """A merge-on-read output's new versions are collected with the batch's other writes by
     one Spark job, and keep the key order their files are cut in: each commit's files hold
     disjoint key ranges."""
-    collects = []
-    alone = driver_write.collect
-
-    def counted(df):
-        collects.append(df)
-        return alone(df)
-
-    monkeypatch.setattr(driver_write, "collect", counted)
     consumer = Consumer("newest", ("events",), (COPY, VERSIONS), with_newest,
                         max_records_per_batch=15)
     results = consumers.run_until_caught_up(lake, consumer, loaded, now=clock)
