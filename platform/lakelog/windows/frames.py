@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame, WindowSpec
+from pyspark.sql import Column, DataFrame, Window, WindowSpec
 from pyspark.sql import functions as F
 
 from lakelog.errors import ConfigError
@@ -38,6 +38,13 @@ def ts(micros: str | Column | int | None) -> Column:
     if micros is None:
         return F.lit(None).cast("timestamp")
     return F.timestamp_micros(F.lit(micros) if isinstance(micros, int) else F.col(micros))
+
+
+def per_group(groups: Sequence[str]) -> WindowSpec:
+    """A window frame over each group's rows; over all rows, as one group, without groups (a
+    shop-wide rolling hour). Spark then moves them to one partition, as it must: said with a
+    constant, not left out, which Spark Connect's client would warn about at every batch."""
+    return Window.partitionBy(*(groups or [F.lit(0)]))
 
 
 def partial_names(agg: WindowedAggregate) -> list[str]:

@@ -29,7 +29,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
-    END, START, T_US, aggregated, final_at, input_names, merged, partial_names,
+    END, START, T_US, aggregated, final_at, input_names, merged, partial_names, per_group,
 )
 from lakelog.windows.kinds import Session
 from lakelog.windows.late import before_watermark, late_rows
@@ -83,7 +83,7 @@ def step(
         absorbed.select(*groups, START, END, *partials, "revision", "is_final"),
         allowMissingColumns=True,
     )
-    ordered = Window.partitionBy(*groups).orderBy(START, END)
+    ordered = per_group(groups).orderBy(START, END)
     previous_end = F.max(END).over(ordered.rowsBetween(Window.unboundedPreceding, -1))
     opens = (previous_end.isNull() | (F.col(START) >= previous_end)).cast("int")
     numbered = intervals.withColumn("_opens", opens).withColumn(

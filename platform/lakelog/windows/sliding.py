@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
-    END, START, T_US, aggregated, final_at, input_names, partial_names,
+    END, START, T_US, aggregated, final_at, input_names, partial_names, per_group,
 )
 from lakelog.windows.kinds import Sliding
 from lakelog.windows.late import late_rows, window_closed
@@ -90,7 +90,7 @@ def step(
     kept = near.join(applied.select(*event_key), event_key, "left_anti").select(
         *event_key, *inputs, "_rev", "_was_final", F.lit(0).alias("_new")
     )
-    frame = Window.partitionBy(*groups).orderBy(T_US).rangeBetween(-(size - 1), 0)
+    frame = per_group(groups).orderBy(T_US).rangeBetween(-(size - 1), 0)
     computed = fresh.unionByName(kept).select(
         "*", F.max("_new").over(frame).alias("_touched"), *aggregated(agg, over=frame)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from datetime import timedelta
 
 from windows_helpers import at, by_key, events, local, public, stored, watermark
@@ -33,6 +34,20 @@ def test_each_event_gets_the_interval_before_it(spark):
         "e4": (local(10), local(40), 1, 8.0),  # (10, 40]: the events at 10 are out
         "e5": (local(-25), local(5), 1, 16.0),
     }
+
+
+def test_without_groups_every_event_is_in_one_group_and_spark_connect_does_not_warn(spark):
+    agg = WindowedAggregate("w", ("t",), Sliding(timedelta(seconds=30)), AGGREGATES)
+    rows = [("e1", 0, "a", 1.0, "u"), ("e2", 10, "b", 2.0, "u"), ("e3", 50, "a", 4.0, "u")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = by_key(batch_windows(agg, events(spark, rows)), "event_id")
+    assert {e: (r["n"], r["total"]) for (e,), r in got.items()} == {
+        "e1": (1, 1.0), "e2": (2, 3.0), "e3": (1, 4.0),  # e2 counts e1 of the other "g"
+    }
+    # Spark Connect's client warns of a window without a partition at each use; the shop-wide
+    # rolling hour is one partition on purpose.
+    assert not [w for w in caught if "No Partition Defined" in str(w.message)]
 
 
 def rows(spark, agg, windows):
