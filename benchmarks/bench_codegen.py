@@ -12,9 +12,11 @@ compiled, loaded and JIT-compiled again. This runs, side by side in one run, per
   server is stopped.
 
 The settings alternate (off, on, off, on, ... for `--rounds`), so a drift of the machine's load
-touches both. Two more settings compare other per-query costs against lakelog's defaults:
-``codegen_off_aqe_off`` (adaptive execution off) and ``g1_gc`` (the JVM's default garbage
-collector, G1, instead of the parallel one lakelog's server runs with).
+touches both. More settings compare other per-query costs against lakelog's defaults:
+``codegen_off_aqe_off`` (adaptive execution off), ``g1_gc`` (the JVM's default garbage
+collector, G1, instead of the parallel one lakelog's server runs with), the JIT's tiers and
+thresholds, Spark's single-pass analyzer, the plan description posted at each execution, and
+the optimizer's folding of projections into local relations (`SETTINGS`).
 
 With ``--ingest N`` it also times, in one classic local[N] session of this process,
 `ingest_topics` of N workload events into a fresh lake per attempt, the two code generation
@@ -59,6 +61,26 @@ SETTINGS = {
     # server's compiler threads take a large share of a first demo's CPU on two cores.
     "c2_later": {},
     "c2_no_escape": {},
+    # lakelog's defaults, the JIT changed more deeply: only its first tier (C1, no profiling),
+    # only its top tier (C2 after the interpreter's profile), or tier 3's profiled C1 code
+    # later (five times HotSpot's thresholds), so lukewarm methods are compiled once, not twice.
+    "c1_only": {},
+    "c2_only": {},
+    "c1_profiled_later": {},
+    # lakelog's defaults but the serial collector: one GC thread, no parallel phases.
+    "serial_gc": {},
+    # lakelog's defaults, plans Spark's single-pass analyzer supports resolved by it (Spark 4.1
+    # and later; still under development there) instead of the fixed-point analyzer.
+    "single_pass_analyzer": {"spark.sql.analyzer.singlePassResolver.enabledTentatively": "true"},
+    # lakelog's defaults but the short description of each query's plan that Spark posts for
+    # the UI's SQL tab at every execution (its default, ``formatted``, is every operator's
+    # verbose string).
+    "explain_simple": {"spark.sql.ui.explainMode": "simple"},
+    # lakelog's defaults but a projection or filter of a local relation (a held batch's rows)
+    # left to the query's tasks, not evaluated row by row by the optimizer of every query.
+    "no_local_relation_folding": {
+        "spark.sql.optimizer.excludedRules":
+            "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"},
 }
 #: The server JVM's flags per setting (lakelog's `DEFAULT_JAVA_OPTIONS` unless named here).
 JAVA_OPTIONS = {
@@ -68,6 +90,13 @@ JAVA_OPTIONS = {
                 "-XX:Tier4MinInvocationThreshold=1800 -XX:Tier4CompileThreshold=45000",
     # C2 without escape analysis, one of its costliest phases.
     "c2_no_escape": f"{DEFAULT_JAVA_OPTIONS} -XX:-DoEscapeAnalysis",
+    "c1_only": f"{DEFAULT_JAVA_OPTIONS} -XX:TieredStopAtLevel=1",
+    "c2_only": f"{DEFAULT_JAVA_OPTIONS} -XX:-TieredCompilation",
+    # Tier 3 thresholds five times HotSpot's defaults (200 / 100 / 2000 / 60000).
+    "c1_profiled_later": f"{DEFAULT_JAVA_OPTIONS} -XX:Tier3InvocationThreshold=1000 "
+                         "-XX:Tier3MinInvocationThreshold=500 -XX:Tier3CompileThreshold=10000 "
+                         "-XX:Tier3BackEdgeThreshold=300000",
+    "serial_gc": "-XX:+UseSerialGC",
 }
 
 
