@@ -8,8 +8,10 @@ compiled, loaded and JIT-compiled again. This runs, side by side in one run, per
 
 - a fresh local Spark Connect server (`lakelog.spark.server`, local[N]) with the setting;
 - `lakelog demo --events E --batches 4` against it, as a whole process into a fresh home;
-- the demo's wall time and the server's CPU seconds (user + system, from /proc), then the
-  server is stopped.
+- the demo's wall time and the server's CPU seconds (user + system, from /proc; its JIT
+  compiler threads' and collector threads' apart), the demo process's own (its rusage), and
+  the share of the machine's cores busy meanwhile (/proc/stat), then the server is stopped;
+  with ``--jfr``, also where the server's Java code spent its samples (`jfr_account`).
 
 The settings alternate (off, on, off, on, ... for `--rounds`), so a drift of the machine's load
 touches both. More settings compare other per-query costs against lakelog's defaults:
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,8 +44,9 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+import jfr_account
 from bench_common import SPARK_CODEGEN, spark_codegen
-from bench_common import cpu_seconds, jit_cpu_seconds
+from bench_common import busy_share, cpu_seconds, gc_cpu_seconds, jit_cpu_seconds, machine_jiffies
 
 from lakelog.spark.server import (
     DEFAULT_JAVA_OPTIONS, ServerConfig, ensure_running, status, stop,
@@ -114,21 +118,30 @@ def one_demo(setting: str, args) -> dict:
            if not k.startswith(("LAKELOG_SPARK", "DAGSTER_HOME"))}
     command = [*LAKELOG, "demo", "--events", str(args.events), "--batches", "4",
                "--home", str(home), "--json", "--remote", config.url]
+    recording = state / "server.jfr"
     try:
-        started = time.perf_counter()
-        done = subprocess.run(command, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - started
-        server_cpu, jit_cpu = cpu_seconds(pid), jit_cpu_seconds(pid)
+        with jfr_account.record(pid, recording) if args.jfr else nullcontext():
+            children, jiffies = resource.getrusage(resource.RUSAGE_CHILDREN), machine_jiffies()
+            started = time.perf_counter()
+            done = subprocess.run(command, env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - started
+            busy = busy_share(jiffies, machine_jiffies())
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            server_cpu, jit_cpu, gc_cpu = cpu_seconds(pid), jit_cpu_seconds(pid), gc_cpu_seconds(pid)
+        java = jfr_account.shares(recording) if args.jfr else None
     finally:
         stop(config)
         shutil.rmtree(state, ignore_errors=True)
     if done.returncode != 0:
         return {"setting": setting, "error": done.stderr[-2000:]}
     summary = json.loads(done.stdout)
+    client_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
     return {"setting": setting, "wall_s": round(wall, 1), "server_cpu_s": round(server_cpu, 1),
-            "jit_cpu_s": round(jit_cpu, 1), "server_start_s": round(server_start, 1),
+            "jit_cpu_s": round(jit_cpu, 1), "gc_cpu_s": round(gc_cpu, 1),
+            "demo_process_cpu_s": round(client_cpu, 1), "machine_busy": round(busy, 3),
+            "server_start_s": round(server_start, 1),
             "read": summary["read"], "microbatches": summary["microbatches"], "ingests": summary["ingests"],
-            "loadavg_after": os.getloadavg()}
+            "loadavg_after": os.getloadavg(), **({"server_java": java} if java else {})}
 
 
 #: The settings the large ingest alternates, in this order (lakelog's defaults first).
@@ -178,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--memory", default="4g")
     p.add_argument("--port", type=int, default=15190)
+    p.add_argument("--jfr", action="store_true",
+                   help="also record each server with Java Flight Recorder and report where its "
+                        "Java code's samples went (jfr_account.py)")
     p.add_argument("--settings", nargs="+", choices=sorted(SETTINGS),
                    default=["codegen_off", "codegen_on"])
     args = p.parse_args(argv)
@@ -191,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     for setting in args.settings:
         done = [r for r in runs if r["setting"] == setting and "error" not in r]
         if done:
-            summary[setting] = {"wall_s": statistics.median(r["wall_s"] for r in done),
-                                "server_cpu_s": statistics.median(r["server_cpu_s"] for r in done),
-                                "jit_cpu_s": statistics.median(r["jit_cpu_s"] for r in done)}
+            summary[setting] = {key: statistics.median(r[key] for r in done)
+                                for key in ("wall_s", "server_cpu_s", "jit_cpu_s", "gc_cpu_s",
+                                            "demo_process_cpu_s", "machine_busy")}
     ingests = ingest_side_by_side(args.ingest, args.cores, args.memory) if args.ingest else []
     for setting in INGEST_SETTINGS if ingests else ():
         timed = [a["seconds"] for a in ingests if a["setting"] == setting and not a["warm_up"]]

@@ -83,3 +83,30 @@ def bytecode() -> dict[str, Any]:
 
     return {"site_packages": cached("dagster"), "lakelog": cached("lakelog"),
             "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", "")}
+
+
+def machine_jiffies() -> tuple[int, int]:
+    """The machine's CPU time so far, in clock ticks over all cores: (all, idle), from
+    ``/proc/stat``; two readings give the share of the cores that were busy between them."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + fields[4]  # idle and iowait
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of the machine's cores busy between two `machine_jiffies` readings."""
+    total, idle = after[0] - before[0], after[1] - before[1]
+    return 1 - idle / total if total else 0.0
+
+
+def gc_cpu_seconds(pid: int) -> float:
+    """CPU seconds the garbage collector's threads of JVM `pid` have used (HotSpot names the
+    parallel and serial collectors' workers ``GC Thread#…``, the VM thread runs their pauses'
+    bookkeeping and is left out)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("GC Thread"):
+                total += cpu_seconds(f"{pid}/task/{task.name}")
+        except (OSError, ProcessLookupError):
+            continue
+    return total
