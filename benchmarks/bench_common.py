@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,17 +56,30 @@ def cpu_seconds(pid: int | str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def jit_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user and system) the JIT compiler threads of JVM `pid` have used (the threads
-    HotSpot names ``C1 CompilerThre…`` and ``C2 CompilerThre…``), from ``/proc/<pid>/task``."""
+def threads_cpu_seconds(pid: int, named: Callable[[str], bool]) -> float:
+    """CPU seconds (user and system) the threads of process `pid` whose name (``comm``) is
+    `named` have used, from ``/proc/<pid>/task``; threads that ended are not counted."""
     total = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            if "CompilerThre" in (task / "comm").read_text():
+            if named((task / "comm").read_text()):
                 total += cpu_seconds(f"{pid}/task/{task.name}")
         except (OSError, ProcessLookupError):  # the thread ended
             continue
     return total
+
+
+def jit_cpu_seconds(pid: int) -> float:
+    """CPU seconds the JIT compiler threads of JVM `pid` have used (the threads HotSpot names
+    ``C1 CompilerThre…`` and ``C2 CompilerThre…``)."""
+    return threads_cpu_seconds(pid, lambda name: "CompilerThre" in name)
+
+
+def gc_cpu_seconds(pid: int) -> float:
+    """CPU seconds the garbage collector's threads of JVM `pid` have used (HotSpot names the
+    parallel collector's workers ``GC Thread#…``; the VM thread, which runs the pauses'
+    bookkeeping and the serial collector, is left out)."""
+    return threads_cpu_seconds(pid, lambda name: name.startswith("GC Thread"))
 
 
 def bytecode() -> dict[str, Any]:
@@ -96,17 +109,3 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
     """The share of the machine's cores busy between two `machine_jiffies` readings."""
     total, idle = after[0] - before[0], after[1] - before[1]
     return 1 - idle / total if total else 0.0
-
-
-def gc_cpu_seconds(pid: int) -> float:
-    """CPU seconds the garbage collector's threads of JVM `pid` have used (HotSpot names the
-    parallel and serial collectors' workers ``GC Thread#…``, the VM thread runs their pauses'
-    bookkeeping and is left out)."""
-    total = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if (task / "comm").read_text().startswith("GC Thread"):
-                total += cpu_seconds(f"{pid}/task/{task.name}")
-        except (OSError, ProcessLookupError):
-            continue
-    return total
