@@ -82,6 +82,20 @@ def gc_cpu_seconds(pid: int) -> float:
     return threads_cpu_seconds(pid, lambda name: name.startswith("GC Thread"))
 
 
+def task_cpu_seconds(pid: int) -> float:
+    """CPU seconds the task threads of JVM `pid` have used (Spark's ``Executor task launch
+    worker``s, which run the queries' tasks in a local-mode driver)."""
+    return threads_cpu_seconds(pid, lambda name: name.startswith("Executor task"))
+
+
+def jvm_cpu_account(pid: int) -> dict[str, float]:
+    """CPU seconds JVM `pid` has used: in all, and by its JIT compilers, its collector and its
+    task threads (the rest is the driver's own work: Spark Connect, analysis, planning,
+    scheduling)."""
+    return {"cpu_s": cpu_seconds(pid), "jit_cpu_s": jit_cpu_seconds(pid),
+            "gc_cpu_s": gc_cpu_seconds(pid), "task_cpu_s": task_cpu_seconds(pid)}
+
+
 def bytecode() -> dict[str, Any]:
     """Whether the modules a lakelog process imports have compiled bytecode on disk (looked up
     without importing them). Without it (an install by uv without ``--compile-bytecode``, and

@@ -38,13 +38,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 # The engine, through as few names as possible: the demo pipeline and its workload and shop
 # database, the lake, and the step functions a pipeline run calls.
-from bench_common import bytecode, spark_codegen
+from bench_common import bytecode, jvm_cpu_account, spark_codegen
 from lakelog import consumers
 from lakelog.log import ingest
 from lakelog.sourcing import publish_outbox
@@ -54,6 +55,7 @@ from lakelog.demo.pipeline import pipeline as SHOP
 from lakelog.demo.workload import Workload
 from lakelog.lake import EmbeddedLake
 from lakelog.spark.server import ServerConfig, ensure_running
+from lakelog.spark.server import status as server_status
 from lakelog.spark.server import stop as stop_server
 from lakelog.spark.session import create_session
 from lakelog.views import run_model
@@ -98,10 +100,12 @@ def median(values: list[float]) -> float | None:
 
 class SparkWork:
     """Counts what a block of code asks of Spark: jobs on a classic session (the scheduler's job
-    ids), round trips on a Connect session (wrapped client calls, by lakelog call site)."""
+    ids), round trips on a Connect session (wrapped client calls, by lakelog call site); and,
+    given the Spark JVM's `pid`, the CPU seconds that JVM spent meanwhile, by kind of thread
+    (`bench_common.jvm_cpu_account`, read outside the timed block)."""
 
-    def __init__(self, spark: Any, mode: str) -> None:
-        self.spark, self.mode = spark, mode
+    def __init__(self, spark: Any, mode: str, pid: int | None = None) -> None:
+        self.spark, self.mode, self.pid = spark, mode, pid
         if mode == "connect":
             import trace_connect  # this folder's profiler: wraps the Connect client's calls
 
@@ -120,11 +124,14 @@ class SparkWork:
     def counted(self) -> Iterator[dict[str, Any]]:
         found: dict[str, Any] = {}
         before = self._jobs() if self.mode == "classic" else self._snapshot()
+        cpu = jvm_cpu_account(self.pid) if self.pid else None
         started = time.perf_counter()
         try:
             yield found
         finally:
             found["seconds"] = time.perf_counter() - started
+            if cpu is not None:
+                found["jvm"] = {k: v - cpu[k] for k, v in jvm_cpu_account(self.pid).items()}
             if self.mode == "classic":
                 found["spark_jobs"] = self._jobs() - before
             else:
@@ -164,6 +171,12 @@ def chosen_consumers(only: list[str]) -> list:
     return [c for c in SHOP.all_consumers.values() if not only or c.name in only]
 
 
+def runnable(lake: EmbeddedLake, model: str) -> bool:
+    """Whether the model's inputs exist: with --only, a model whose inputs were left out
+    cannot run."""
+    return all(lake.exists(path) for path in SHOP.model_graph.inputs(model))
+
+
 def run_everything(lake: EmbeddedLake, only: list[str]) -> None:
     """Catch the (chosen) consumers, the orders relay and the SQL models up, in pipeline order."""
     for consumer in chosen_consumers(only):
@@ -171,10 +184,9 @@ def run_everything(lake: EmbeddedLake, only: list[str]) -> None:
         for aggregate in SHOP.aggregates:
             if aggregate.consumer.name == consumer.name:
                 publish_outbox(lake, aggregate, now=now())
-    graph = SHOP.model_graph
-    for name in graph.models:  # with --only, a model whose inputs were left out cannot run
-        if all(lake.exists(path) for path in graph.inputs(name)):
-            run_model(lake, lake.spark, graph, name)
+    for name in SHOP.model_graph.models:  # in order: a model's inputs may be models
+        if runnable(lake, name):
+            run_model(lake, lake.spark, SHOP.model_graph, name)
 
 
 def prime_lake(lake: EmbeddedLake, events: int, only: list[str]) -> Workload:
@@ -227,8 +239,7 @@ def ingest_orders_file(lake: EmbeddedLake) -> int:
 def time_model_microbatches(lake: EmbeddedLake, work: SparkWork, args) -> dict[str, dict]:
     """Each incremental SQL model after ~1,000 new orders (one landing file) were ingested."""
     graph = SHOP.model_graph
-    # With --only, a model whose inputs were left out is not timed (as in `run_everything`).
-    models = [m for m in MODELS if all(lake.exists(path) for path in graph.inputs(m))]
+    models = [m for m in MODELS if runnable(lake, m)]
     timed: dict[str, list[dict]] = {m: [] for m in models}
     if not models:
         return {}
@@ -278,6 +289,8 @@ def summarize(runs: list[dict]) -> dict:
         out["model_mode"] = sorted({r["mode"] for r in runs})
     if runs and "spark_jobs" in runs[0]:
         out["spark_jobs"] = median([r["spark_jobs"] for r in runs])
+    if runs and "jvm" in runs[0]:  # the Spark JVM's CPU per batch, medians
+        out["jvm"] = {k: median([r["jvm"][k] for r in runs]) for k in runs[0]["jvm"]}
     if runs and "round_trips" in runs[0]:
         out["round_trips"] = median([r["round_trips"] for r in runs])
         out["round_trip_s"] = median([r["round_trip_s"] for r in runs])
@@ -520,7 +533,7 @@ def measure_empty_ticks(lake: EmbeddedLake, work: SparkWork, args) -> dict:
     for aggregate in SHOP.aggregates:
         steps[f"relay {aggregate.outbox_topic.name}"] = (
             lambda a=aggregate: publish_outbox(lake, a, now=now()))
-    for name in SHOP.model_graph.models:
+    for name in filter(partial(runnable, lake), SHOP.model_graph.models):
         steps[f"model {name}"] = (
             lambda n=name: run_model(lake, lake.spark, SHOP.model_graph, n))
     out = {}
@@ -618,6 +631,14 @@ def open_spark(mode: str, args, state_dir: Path) -> tuple[Any, ServerConfig | No
     return create_session(remote=config.url, app_name="bench-pipeline"), config
 
 
+def jvm_pid(spark: Any, server: ServerConfig | None) -> int:
+    """The Spark JVM's process: the Connect server's, or the classic session's own (the
+    process pyspark launched, which execs java)."""
+    if server is not None:
+        return server_status(server).pid
+    return spark.sparkContext._gateway.proc.pid
+
+
 def reported(part: Callable[..., dict], *args: Any) -> dict:
     """The part's figures, or its error: a failing part must not lose the others'."""
     try:
@@ -639,7 +660,7 @@ def run_mode(mode: str, args) -> dict:
     out: dict[str, Any] = {"mode": mode, "loadavg_at_start": os.getloadavg()}
     spark, server = open_spark(mode, args, work_dir / "spark")
     try:
-        work = SparkWork(spark, mode)
+        work = SparkWork(spark, mode, jvm_pid(spark, server))
         if {"kinds", "empty"} & set(args.parts):
             lake = EmbeddedLake(spark, str(work_dir / "lake"))
             started = time.perf_counter()
