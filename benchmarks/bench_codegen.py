@@ -46,7 +46,7 @@ from pathlib import Path
 
 import jfr_account
 from bench_common import SPARK_CODEGEN, spark_codegen
-from bench_common import busy_share, cpu_seconds, gc_cpu_seconds, jit_cpu_seconds, machine_jiffies
+from bench_common import busy_share, jvm_cpu_account, machine_jiffies
 
 from lakelog.spark.server import (
     DEFAULT_JAVA_OPTIONS, ServerConfig, ensure_running, status, stop,
@@ -127,7 +127,7 @@ def one_demo(setting: str, args) -> dict:
             wall = time.perf_counter() - started
             busy = busy_share(jiffies, machine_jiffies())
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            server_cpu, jit_cpu, gc_cpu = cpu_seconds(pid), jit_cpu_seconds(pid), gc_cpu_seconds(pid)
+            server = jvm_cpu_account(pid)
         java = jfr_account.shares(recording) if args.jfr else None
     finally:
         stop(config)
@@ -136,8 +136,9 @@ def one_demo(setting: str, args) -> dict:
         return {"setting": setting, "error": done.stderr[-2000:]}
     summary = json.loads(done.stdout)
     client_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
-    return {"setting": setting, "wall_s": round(wall, 1), "server_cpu_s": round(server_cpu, 1),
-            "jit_cpu_s": round(jit_cpu, 1), "gc_cpu_s": round(gc_cpu, 1),
+    return {"setting": setting, "wall_s": round(wall, 1),
+            "server_cpu_s": round(server["cpu_s"], 1), "jit_cpu_s": round(server["jit_cpu_s"], 1),
+            "gc_cpu_s": round(server["gc_cpu_s"], 1),
             "demo_process_cpu_s": round(client_cpu, 1), "machine_busy": round(busy, 3),
             "server_start_s": round(server_start, 1),
             "read": summary["read"], "microbatches": summary["microbatches"], "ingests": summary["ingests"],

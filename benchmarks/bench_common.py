@@ -56,44 +56,33 @@ def cpu_seconds(pid: int | str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def threads_cpu_seconds(pid: int, named: Callable[[str], bool]) -> float:
-    """CPU seconds (user and system) the threads of process `pid` whose name (``comm``) is
-    `named` have used, from ``/proc/<pid>/task``; threads that ended are not counted."""
-    total = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if named((task / "comm").read_text()):
-                total += cpu_seconds(f"{pid}/task/{task.name}")
-        except (OSError, ProcessLookupError):  # the thread ended
-            continue
-    return total
-
-
-def jit_cpu_seconds(pid: int) -> float:
-    """CPU seconds the JIT compiler threads of JVM `pid` have used (the threads HotSpot names
-    ``C1 CompilerThre…`` and ``C2 CompilerThre…``)."""
-    return threads_cpu_seconds(pid, lambda name: "CompilerThre" in name)
-
-
-def gc_cpu_seconds(pid: int) -> float:
-    """CPU seconds the garbage collector's threads of JVM `pid` have used (HotSpot names the
-    parallel collector's workers ``GC Thread#…``; the VM thread, which runs the pauses'
-    bookkeeping and the serial collector, is left out)."""
-    return threads_cpu_seconds(pid, lambda name: name.startswith("GC Thread"))
-
-
-def task_cpu_seconds(pid: int) -> float:
-    """CPU seconds the task threads of JVM `pid` have used (Spark's ``Executor task launch
-    worker``s, which run the queries' tasks in a local-mode driver)."""
-    return threads_cpu_seconds(pid, lambda name: name.startswith("Executor task"))
+#: The JVM threads `jvm_cpu_account` counts apart, by their name (``comm``): HotSpot's JIT
+#: compiler threads (``C1 CompilerThre…``, ``C2 CompilerThre…``), the parallel collector's
+#: workers (``GC Thread#…``; the VM thread, which runs the pauses' bookkeeping and the serial
+#: collector, is left out) and Spark's task threads (``Executor task launch worker``s, which run
+#: the queries' tasks in a local-mode driver).
+THREAD_KINDS: dict[str, Callable[[str], bool]] = {
+    "jit_cpu_s": lambda name: "CompilerThre" in name,
+    "gc_cpu_s": lambda name: name.startswith("GC Thread"),
+    "task_cpu_s": lambda name: name.startswith("Executor task"),
+}
 
 
 def jvm_cpu_account(pid: int) -> dict[str, float]:
-    """CPU seconds JVM `pid` has used: in all, and by its JIT compilers, its collector and its
-    task threads (the rest is the driver's own work: Spark Connect, analysis, planning,
-    scheduling)."""
-    return {"cpu_s": cpu_seconds(pid), "jit_cpu_s": jit_cpu_seconds(pid),
-            "gc_cpu_s": gc_cpu_seconds(pid), "task_cpu_s": task_cpu_seconds(pid)}
+    """CPU seconds (user and system) JVM `pid` has used: in all (``cpu_s``), and by each of
+    `THREAD_KINDS`, from one walk over ``/proc/<pid>/task`` (threads that ended are not
+    counted). The rest is the driver's own work: Spark Connect, analysis, planning,
+    scheduling."""
+    account = {"cpu_s": cpu_seconds(pid), **dict.fromkeys(THREAD_KINDS, 0.0)}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text()
+            kind = next((k for k, named in THREAD_KINDS.items() if named(name)), None)
+            if kind is not None:
+                account[kind] += cpu_seconds(f"{pid}/task/{task.name}")
+        except (OSError, ProcessLookupError):  # the thread ended
+            continue
+    return account
 
 
 def bytecode() -> dict[str, Any]:

@@ -5,7 +5,7 @@ settings, stacks 256 frames deep) and stops it when its block ends; `shares` rea
 back (``jfr print``) and puts each in the first category its stack matches (`CATEGORIES`, most
 specific first): a query's analysis, optimization and planning, the Connect planner, its tasks
 by kind, the scheduler. Only Java code is sampled: the JIT's compiler threads and the collector
-are not in it (`bench_common.jit_cpu_seconds` and `gc_cpu_seconds` count those).
+are not in it (`bench_common.jvm_cpu_account` counts those).
 """
 
 from __future__ import annotations
