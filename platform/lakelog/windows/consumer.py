@@ -42,6 +42,7 @@ from lakelog.log.offsets import RangeStats
 from lakelog.windows.frames import check_events, needed_columns
 from lakelog.windows.kinds import Sliding
 from lakelog.windows.pruning import files_to_read
+from lakelog.windows.sessions import ABSORBED
 from lakelog.windows.updates import Scanned, Update, apply_batch, known, scan
 
 if TYPE_CHECKING:
@@ -185,15 +186,18 @@ def outputs(
     mode): they hold every stored window the batch changes, so its upsert rewrites just those;
     in update mode the rows are their complete new content (`Update.complete`), written in
     their place without a merge. `cached` (`BatchInput.cached`) keeps the rows both final-mode
-    outputs are cut from. Final windows leave the state once published, unless a later batch
+    outputs are cut from, and a session window's rows and deletions, which come out of one
+    pass (`Update.together`). Final windows leave the state once published, unless a later batch
     may still need them.
     """
     late = {agg.late_records.path: update.late if update.may_have_late else None}
     if agg.state is None:
+        rows, deletes = (update.rows, update.deletes) if update.together is None else \
+            _computed_once(update, agg.keys, cached)
         return {**late, agg.windows.path: Changes(
-            update.rows, update.deletes, read, rows_hint, replace=update.complete)}
+            rows, deletes, read, rows_hint, replace=update.complete)}
     # Cut into two outputs, computed once.
-    rows, deletes = _computed_once(update.rows, update.deletes, agg.keys, cached)
+    rows, deletes = _computed_once(update, agg.keys, cached)
     final = rows.where(F.col("is_final"))
     # A sliding row keeps its event's inputs, which the frames of later events are computed
     # from: a final row must stay in the state, as it must for a correction to merge into.
@@ -209,20 +213,14 @@ def outputs(
     return {**late, agg.windows.path: published, agg.state.path: kept}
 
 
-_ABSORBED = "_lakelog_absorbed"
-
-
 def _computed_once(
-    rows: DataFrame, deletes: DataFrame | None, keys: Sequence[str],
-    cached: Callable[[DataFrame], DataFrame],
+    update: Update, keys: Sequence[str], cached: Callable[[DataFrame], DataFrame],
 ) -> tuple[DataFrame, DataFrame | None]:
-    """`rows` and the `keys` of `deletes`, computed in one Spark job and kept (`cached`): the
-    sessions a batch absorbed (`deletes`) are found by a join of the stored sessions with the
-    events, which the rows are computed from too; kept apart, a write of the deletes ran that
-    join again."""
-    if deletes is None:
-        return cached(rows), None
-    flag = F.col(_ABSORBED)
-    both = cached(rows.withColumn(_ABSORBED, F.lit(False)).unionByName(
-        deletes.withColumn(_ABSORBED, F.lit(True)), allowMissingColumns=True))
-    return both.where(~flag).drop(_ABSORBED), both.where(flag).select(*keys)
+    """The update's rows and the `keys` of its deletes, computed in one Spark job and kept
+    (`cached`): both come out of one pass over the stored sessions and the events
+    (`Update.together`), which a write of each apart would make twice."""
+    if update.together is None:
+        return cached(update.rows), None
+    both = cached(update.together)
+    gone = F.col(ABSORBED)
+    return both.where(~gone).drop(ABSORBED), both.where(gone).select(*keys)

@@ -155,9 +155,11 @@ def final_at(end: Column, watermark_us: int | None) -> Column:
     return end <= F.lit(watermark_us)
 
 
-def finish(agg: WindowedAggregate, windows: DataFrame, *, batch: int) -> DataFrame:
+def finish(
+    agg: WindowedAggregate, windows: DataFrame, *, batch: int, extra: Sequence[str] = ()
+) -> DataFrame:
     """Windows in working form as table rows written by `batch` (the table's columns,
-    `schemas.window_schema`)."""
+    `schemas.window_schema`, then the `extra` columns of `windows` as they are)."""
     schema = schemas.window_schema(agg)
     start = F.col(START)
     derived = {
@@ -176,4 +178,4 @@ def finish(agg: WindowedAggregate, windows: DataFrame, *, batch: int) -> DataFra
         derived[f.name].alias(f.name) if f.name in derived else F.col(f.name).cast(f.dataType)
         for f in schema.fields
     ]
-    return windows.select(*columns)
+    return windows.select(*columns, *extra)

@@ -8,9 +8,13 @@ session ``[s, e)`` is final once the watermark reaches ``e``, like every other w
 
 Incrementally: a batch reads, for its groups, the stored sessions its events can join (an event
 at ``t`` joins a session ``[s, e)`` when ``s - gap < t < e``; only new events can bridge stored
-sessions, which were maximal). The stored sessions and the events' intervals are re-sessionized
-together (gaps and islands over intervals sorted by start), their partials merged, and the merged
-sessions upserted while every stored session they absorbed is deleted, in one commit.
+sessions, which were maximal), and the open ones the batch's watermark closes. These and the
+events' intervals are re-sessionized together (gaps and islands over intervals sorted by
+start), their partials merged, and the merged sessions upserted while every stored session they
+absorbed is deleted, in one commit. A stored session no event reached comes out alone and
+unchanged but for being final. Each merged session carries the starts of the stored ones it
+absorbed, so the deletions come out of the same pass as the rows (`ABSORBED`): the stored
+sessions are read once.
 
 Lateness: whether an event changes a final session depends on the sessions around it, and must
 not depend on the table (a retry has to route the same records). An event before the watermark
@@ -54,6 +58,10 @@ def reachable(stored: DataFrame, events: DataFrame, groups: list[str], gap: int)
     return stored.join(probes, condition, "left_semi")
 
 
+#: Marks the entries of `step`'s output that delete an absorbed stored session.
+ABSORBED = "_lakelog_absorbed"
+
+
 def step(
     agg: WindowedAggregate,
     stored: DataFrame,
@@ -62,10 +70,11 @@ def step(
     watermark_before_us: int | None,
     watermark_after_us: int | None,
     batch: int,
-) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(merged sessions in working form, keys of absorbed sessions, late rows) for one batch of
-    valid events. `stored` is the window table in working form (any superset of the sessions
-    the events can join)."""
+) -> tuple[DataFrame, DataFrame]:
+    """(changed sessions, late rows) for one batch of valid events. `stored` is the window table
+    in working form (any superset of the sessions the events can join and the open ones the
+    watermark closes). The changed sessions are in working form, with `ABSORBED` false, and
+    then the stored sessions they absorbed, to delete, with it true (their keys only hold)."""
     window = agg.window
     assert isinstance(window, Session)
     gap = window.gap_us
@@ -77,10 +86,16 @@ def step(
         policy=agg.late, watermark_us=watermark_before_us, batch=batch,
     )
     applied = ev if agg.late == "correct" else ev.where(~is_late)
-    absorbed = reachable(stored, applied, groups, gap)
+    after = watermark_after_us
+    if after is None or after == watermark_before_us:
+        candidates = reachable(stored, applied, groups, gap)
+    else:  # and the open sessions the watermark closes, reached or not: two disjoint parts
+        due = ~F.col("is_final") & (F.col(END) <= F.lit(after))
+        candidates = stored.where(due).unionByName(
+            reachable(stored.where(~due), applied, groups, gap))
     partials = partial_names(agg)
     intervals = applied.select(*groups, START, END, *input_names(agg)).unionByName(
-        absorbed.select(*groups, START, END, *partials, "revision", "is_final"),
+        candidates.select(*groups, START, END, *partials, "revision", "is_final"),
         allowMissingColumns=True,
     )
     ordered = per_group(groups).orderBy(START, END)
@@ -94,22 +109,35 @@ def step(
     # whose columns are null), then the two sets of partials merge. A session without stored
     # rows has no stored side (every stored row has a revision): a merge over no rows is not
     # always null (an HLL union of nothing is an empty sketch of the default size, which
-    # another size cannot be merged with).
+    # another size cannot be merged with). A session without events is one stored session
+    # (stored sessions do not overlap) that the watermark closed: it keeps its revision.
     per_session = [*groups, "_session"]
+    stored_row = F.col("revision").isNotNull()
     stored_side = F.when(F.count("revision") > 0, F.struct(*merged(agg)))
     sides = numbered.groupBy(*per_session).agg(
         F.min(START).alias(START), F.max(END).alias(END),
         F.struct(*aggregated(agg)).alias("_fresh"), stored_side.alias("_stored"),
         F.max("revision").alias("_rev"), F.max("is_final").alias("_final"),
+        F.count(F.when(~stored_row, 1)).alias("_events"),
+        F.collect_list(F.when(stored_row, F.col(START))).alias("_starts"),
     )
-    session = [*per_session, START, END, "_rev", "_final"]
+    session = [*per_session, START, END, "_rev", "_final", "_events", "_starts"]
     combined = sides.select(*session, F.explode(F.array("_fresh", "_stored")).alias("_side")) \
         .select(*session, "_side.*").groupBy(*session).agg(*merged(agg))
+    changed = F.col("_events") > 0
+    entry = F.struct(F.col(START).alias("start"), F.lit(False).alias("gone"))
+    absorbed = F.transform(
+        "_starts", lambda s: F.struct(s.alias("start"), F.lit(True).alias("gone")))
+    entries = F.when(changed, F.concat(F.array(entry), absorbed)).otherwise(F.array(entry))
     rows = combined.select(
-        *groups, START, END, *partials,
-        F.coalesce(F.col("_rev") + 1, F.lit(1)).alias("revision"),
+        *groups, END, *partials,
+        F.when(changed, F.coalesce(F.col("_rev") + 1, F.lit(1))).otherwise(F.col("_rev"))
+        .alias("revision"),
         (F.coalesce(F.col("_final"), F.lit(False)) | final_at(F.col(END), watermark_after_us))
         .alias("is_final"),
+        F.explode(entries).alias("_entry"),
+    ).select(
+        *groups, F.col("_entry.start").alias(START), END, *partials, "revision", "is_final",
+        F.col("_entry.gone").alias(ABSORBED),
     )
-    deletes = absorbed.select(F.timestamp_micros(F.col(START)).alias("window_start"), *groups)
-    return rows, deletes, late_out
+    return rows, late_out

@@ -56,6 +56,9 @@ class Update:
     late: DataFrame
     may_have_late: bool = True
     complete: bool = False
+    #: `rows` and `deletes` as one frame, the deletions flagged by `sessions.ABSORBED` (their
+    #: keys only hold), when one pass computes both: what to compute once and cut in two.
+    together: DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,8 @@ def apply_batch(
 
     With `complete`, tumbling and hopping windows return every stored window as well
     (`Update.complete`); other kinds ignore it. `keep` (see `scan`) keeps the sliding rows a
-    batch changes when it also needs them to find the rows the watermark closed.
+    batch changes when it also needs them to find the rows the watermark closed. Session
+    windows give their rows and deletions together as well (`Update.together`).
     """
     scanned = events if isinstance(events, Scanned) else scan(
         agg, events, watermark_before=watermark_before
@@ -248,9 +252,8 @@ def apply_batch(
         late_parts.append(late.invalid_rows(agg, normalized, watermark_us=before, batch=batch))
     working = from_table(agg, stored)
     options = {"watermark_before_us": before, "watermark_after_us": after, "batch": batch}
-    deletes = None
-    if isinstance(agg.window, Session):
-        changed, deletes, late_rows = sessions.step(agg, working, valid, **options)
+    if isinstance(agg.window, Session):  # with the sessions the watermark closed
+        changed, late_rows = sessions.step(agg, working, valid, **options)
     elif isinstance(agg.window, Sliding):
         changed, late_rows = sliding.step(agg, working, valid, **options)
     else:
@@ -263,29 +266,34 @@ def apply_batch(
         )
     if late_rows is not None and scanned.any_late:
         late_parts.append(late_rows)
-    rows = finish(agg, changed, batch=batch)
-    if isinstance(agg.window, (Session, Sliding)) and after is not None and after != before:
-        # Fixed windows find these in their merge; sliding and session rows are recomputed
-        # from a range of stored rows, so the open ones the watermark passed are found here.
-        # A stored session the batch changes is one it absorbed (a merged session that kept a
-        # stored one's key absorbed it): the rows need not be computed again to tell. Sliding
-        # rows are told by the rows themselves, so those are computed once and kept.
-        if deletes is None and keep is not None:
-            rows = keep(rows)
-        touched = deletes if deletes is not None else rows
-        rows = rows.unionByName(_newly_final(agg, stored, touched, after, batch))
     if late_parts:
         late_out = reduce(DataFrame.unionByName, late_parts)
     else:
         late_out = normalized.sparkSession.createDataFrame([], late_schema(agg))
-    return Update(rows=rows, deletes=deletes, late=late_out, may_have_late=bool(late_parts),
+    if isinstance(agg.window, Session):
+        together = finish(agg, changed, batch=batch, extra=(sessions.ABSORBED,))
+        gone = F.col(sessions.ABSORBED)
+        return Update(rows=together.where(~gone).drop(sessions.ABSORBED),
+                      deletes=together.where(gone).select(*agg.keys), late=late_out,
+                      may_have_late=bool(late_parts), together=together)
+    rows = finish(agg, changed, batch=batch)
+    if isinstance(agg.window, Sliding) and after is not None and after != before:
+        # Fixed windows find these in their merge, session windows in their sessionization;
+        # sliding rows are recomputed from a range of stored rows, so the open ones the
+        # watermark passed are found here, told by the rows themselves: those are computed
+        # once and kept.
+        if keep is not None:
+            rows = keep(rows)
+        rows = rows.unionByName(_newly_final(agg, stored, rows, after, batch))
+    return Update(rows=rows, deletes=None, late=late_out, may_have_late=bool(late_parts),
                   complete=complete and isinstance(agg.window, (Tumbling, Hopping)))
 
 
 def _newly_final(
     agg: WindowedAggregate, stored: DataFrame, touched: DataFrame, watermark_us: int, batch: int
 ) -> DataFrame:
-    """Stored open windows the watermark has passed, other than the `touched` ones (keys)."""
+    """Stored open sliding windows the watermark has passed, other than the `touched` ones
+    (keys)."""
     keys = list(agg.keys)
     due = stored.where(~F.col("is_final") & (F.col("window_end") <= ts(watermark_us)))
     return due.join(touched.select(*keys), keys, "left_anti").withColumns(
