@@ -192,7 +192,7 @@ def outputs(
     """
     late = {agg.late_records.path: update.late if update.may_have_late else None}
     if agg.state is None:
-        rows, deletes = (update.rows, update.deletes) if update.together is None else \
+        rows, deletes = (update.rows, None) if update.together is None else \
             _computed_once(update, agg.keys, cached)
         return {**late, agg.windows.path: Changes(
             rows, deletes, read, rows_hint, replace=update.complete)}
@@ -216,10 +216,12 @@ def outputs(
 def _computed_once(
     update: Update, keys: Sequence[str], cached: Callable[[DataFrame], DataFrame],
 ) -> tuple[DataFrame, DataFrame | None]:
-    """The update's rows and the `keys` of its deletes, computed in one Spark job and kept
-    (`cached`): both come out of one pass over the stored sessions and the events
-    (`Update.together`), which a write of each apart would make twice."""
+    """The update's rows, and the `keys` of its deletes when it has some, computed in one
+    Spark job and kept (`cached`) for the outputs cut from them. A session window's rows and
+    deletes come out of one pass (`Update.together`), which a write of each apart would make
+    twice; other kinds have rows only."""
     if update.together is None:
+        assert update.deletes is None, "deletes come with `Update.together`"
         return cached(update.rows), None
     both = cached(update.together)
     gone = F.col(ABSORBED)

@@ -6,15 +6,15 @@ intervals ``[t, t + gap)`` and two sessions merge exactly when those intervals o
 Spark, which also merges events exactly `gap` apart, events must be strictly closer: then a
 session ``[s, e)`` is final once the watermark reaches ``e``, like every other window.
 
-Incrementally: a batch reads, for its groups, the stored sessions its events can join (an event
-at ``t`` joins a session ``[s, e)`` when ``s - gap < t < e``; only new events can bridge stored
-sessions, which were maximal), and the open ones the batch's watermark closes. These and the
-events' intervals are re-sessionized together (gaps and islands over intervals sorted by
-start), their partials merged, and the merged sessions upserted while every stored session they
-absorbed is deleted, in one commit. A stored session no event reached comes out alone and
-unchanged but for being final. Each merged session carries the starts of the stored ones it
-absorbed, so the deletions come out of the same pass as the rows (`ABSORBED`): the stored
-sessions are read once.
+Incrementally: a batch takes the stored sessions its events can join (an event at ``t`` joins
+a session ``[s, e)`` when ``s - gap < t < e``; only new events can bridge stored sessions, which
+were maximal), and the open ones, of any group, that the batch's watermark closes: two disjoint
+parts of the stored rows read, one join with the events. These and the events' intervals are
+re-sessionized together (gaps and islands over intervals sorted by start), their partials
+merged, and the merged sessions upserted while every stored session they absorbed is deleted,
+in one commit. A closed session no event reached comes out alone, unchanged but final and
+written by this batch. Each merged session carries the starts of the stored ones it absorbed,
+so the deletions come out of the same pass as the rows (`ABSORBED`).
 
 Lateness: whether an event changes a final session depends on the sessions around it, and must
 not depend on the table (a retry has to route the same records). An event before the watermark
@@ -90,7 +90,7 @@ def step(
     if after is None or after == watermark_before_us:
         candidates = reachable(stored, applied, groups, gap)
     else:  # and the open sessions the watermark closes, reached or not: two disjoint parts
-        due = ~F.col("is_final") & (F.col(END) <= F.lit(after))
+        due = ~F.coalesce(F.col("is_final"), F.lit(False)) & (F.col(END) <= F.lit(after))
         candidates = stored.where(due).unionByName(
             reachable(stored.where(~due), applied, groups, gap))
     partials = partial_names(agg)
@@ -124,7 +124,8 @@ def step(
     session = [*per_session, START, END, "_rev", "_final", "_events", "_starts"]
     combined = sides.select(*session, F.explode(F.array("_fresh", "_stored")).alias("_side")) \
         .select(*session, "_side.*").groupBy(*session).agg(*merged(agg))
-    changed = F.col("_events") > 0
+    # (Stored sessions do not overlap; if two did, they merge here like any others.)
+    changed = (F.col("_events") > 0) | (F.size("_starts") > 1)
     entry = F.struct(F.col(START).alias("start"), F.lit(False).alias("gone"))
     absorbed = F.transform(
         "_starts", lambda s: F.struct(s.alias("start"), F.lit(True).alias("gone")))

@@ -101,3 +101,45 @@ def test_sessions_keep_distinct_counts_of_any_sketch_size(spark):
     ]), watermark_before=at(10), watermark_after=at(25), batch=1)
     got = {(r.g, r.window_start): (r.n, r.users, r.revision) for r in second.rows.collect()}
     assert got == {("a", local(0)): (4, 3, 2), ("a", local(300)): (1, 1, 1)}
+
+
+@pytest.mark.parametrize("watermark_after", [200, 30])
+def test_sessions_the_watermark_closes_beside_those_an_event_reaches(spark, watermark_after):
+    """One pass finds both the stored sessions an event reaches and the open ones the watermark
+    closes: a closed session no event reached comes out final with its revision and is not
+    deleted; one an event reached is merged, revised and deleted under its old key; a final
+    one, a touching one and one of another group stay as they are."""
+    agg = sessions(watermark=watermark(0))
+    table = stored(spark, agg, [
+        {"g": "a", "start": 0, "end": 40, "n": 2, "total": 3.0, "revision": 1,
+         "is_final": False},  # closed by the watermark, not reached
+        {"g": "a", "start": 100, "end": 130, "n": 1, "total": 5.0, "revision": 2,
+         "is_final": False},  # closed, and reached by e1
+        {"g": "a", "start": 130, "end": 160, "n": 1, "total": 7.0, "revision": 1,
+         "is_final": False},  # touches the one e1 reaches: closed, not reached
+        {"g": "a", "start": -200, "end": -160, "n": 1, "total": 1.0, "revision": 3,
+         "is_final": True},  # final already
+        {"g": "b", "start": 150, "end": 300, "n": 1, "total": 2.0, "revision": 1,
+         "is_final": False},  # open after the watermark, not reached
+    ])
+    update = apply_batch(
+        agg, table, events(spark, [("e1", 100, "a", 4.0, "u")]),
+        watermark_before=at(30), watermark_after=at(watermark_after), batch=5,
+    )
+
+    got = by_key(public(update.rows, keep=("is_final", "revision", "batch")), "g", "window_start")
+    summary = {
+        (g, start): (r["window_end"], r["n"], r["total"], r["revision"], r["is_final"], r["batch"])
+        for (g, start), r in got.items()
+    }
+    deleted = {(r.g, r.window_start) for r in update.deletes.collect()}
+    merged = {("a", local(100)): (local(130), 2, 9.0, 3, watermark_after == 200, 5)}
+    if watermark_after == 200:
+        assert summary == {
+            ("a", local(0)): (local(40), 2, 3.0, 1, True, 5),
+            **merged,
+            ("a", local(130)): (local(160), 1, 7.0, 1, True, 5),
+        }
+    else:  # the watermark did not move: only the reached session changes
+        assert summary == merged
+    assert deleted == {("a", local(100))}
