@@ -39,10 +39,10 @@ from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
 from lakelog.lake.base import is_small
 from lakelog.log.offsets import RangeStats
+from lakelog.windows import sessions
 from lakelog.windows.frames import check_events, needed_columns
 from lakelog.windows.kinds import Sliding
 from lakelog.windows.pruning import files_to_read
-from lakelog.windows.sessions import ABSORBED
 from lakelog.windows.updates import Scanned, Update, apply_batch, known, scan
 
 if TYPE_CHECKING:
@@ -223,6 +223,4 @@ def _computed_once(
     if update.together is None:
         assert update.deletes is None, "deletes come with `Update.together`"
         return cached(update.rows), None
-    both = cached(update.together)
-    gone = F.col(ABSORBED)
-    return both.where(~gone).drop(ABSORBED), both.where(gone).select(*keys)
+    return sessions.cut(cached(update.together), keys)

@@ -27,6 +27,7 @@ is final too, and whose revision goes up with every later change.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, Window
@@ -60,6 +61,12 @@ def reachable(stored: DataFrame, events: DataFrame, groups: list[str], gap: int)
 
 #: Marks the entries of `step`'s output that delete an absorbed stored session.
 ABSORBED = "_lakelog_absorbed"
+
+
+def cut(together: DataFrame, keys: Sequence[str]) -> tuple[DataFrame, DataFrame]:
+    """(rows, `keys` of the deletions) of `step`'s output (finished, `ABSORBED` kept)."""
+    gone = F.col(ABSORBED)
+    return together.where(~gone).drop(ABSORBED), together.where(gone).select(*keys)
 
 
 def step(

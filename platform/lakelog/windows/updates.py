@@ -272,9 +272,8 @@ def apply_batch(
         late_out = normalized.sparkSession.createDataFrame([], late_schema(agg))
     if isinstance(agg.window, Session):
         together = finish(agg, changed, batch=batch, extra=(sessions.ABSORBED,))
-        gone = F.col(sessions.ABSORBED)
-        return Update(rows=together.where(~gone).drop(sessions.ABSORBED),
-                      deletes=together.where(gone).select(*agg.keys), late=late_out,
+        rows, deletes = sessions.cut(together, agg.keys)
+        return Update(rows=rows, deletes=deletes, late=late_out,
                       may_have_late=bool(late_parts), together=together)
     rows = finish(agg, changed, batch=batch)
     if isinstance(agg.window, Sliding) and after is not None and after != before:
