@@ -165,7 +165,6 @@ def transform(agg: WindowedAggregate, batch: BatchInput) -> dict[str, DataFrame 
     update = apply_batch(
         agg, stored, scanned, watermark_before=before, watermark_after=after, batch=batch.batch,
         complete=agg.state is None,  # update mode: the read files are rewritten whole
-        keep=batch.cached,
     )
     hint = None if scanned.windows is None else scanned.windows + sum(
         f.num_records for f in files)

@@ -15,8 +15,10 @@ so a new (out-of-order or late) event also revises those later rows. Each row ke
 own normalized inputs (``_in_<name>``), so the affected rows are recomputed from the table: the
 batch reads the stored rows of its groups with ``window_end`` in ``(min t - size, max t + size]``,
 adds its events, recomputes the frames with a range window, and writes only the rows whose frame
-holds a new event. A row is late when its own window is final (``t <= watermark``); an on-time
-event only revises rows later than itself, which are not final either.
+holds a new event. The open rows the watermark passes in the batch are read with them and come
+out as they are stored, now final, in the same pass. A row is late when its own window is final
+(``t <= watermark``); an on-time event only revises rows later than itself, which are not final
+either.
 """
 
 from __future__ import annotations
@@ -41,10 +43,38 @@ def late_event(watermark_before_us: int | None) -> Column:
     return final_at(F.col(T_US), watermark_before_us)
 
 
-def _near(stored: DataFrame, bounds: DataFrame, groups: list[str]) -> DataFrame:
-    """Stored rows whose event lies in its group's bounds."""
-    joined = stored.join(bounds, groups, "inner") if groups else stored.crossJoin(bounds)
-    return joined.where((F.col(END) > F.col("_lo")) & (F.col(END) <= F.col("_hi")))
+def _old(name: str) -> str:
+    """The stored partial `name` beside the recomputed one (`step`)."""
+    return f"_old_{name}"
+
+
+def _wanted(
+    stored: DataFrame, applied: DataFrame, groups: list[str], size: int,
+    span_us: tuple[int, int] | None, due: Column | None,
+) -> DataFrame:
+    """The stored rows a batch needs: those within `size` of an applied event of their group
+    (their frames hold a new event, or rows whose frames do; see the module docstring), and
+    the `due` ones (open rows the watermark closes now), wherever they are.
+
+    `span_us` (least and greatest time of the batch's events, or a range holding them) bounds
+    the rows by literals, which the scan filters by; without groups that is all it takes.
+    With groups each group's own bounds come from the events (a small aggregate, joined), so a
+    group's rows far from its own events are not recomputed."""
+    near: Column | None = None
+    if span_us is not None:
+        lo, hi = span_us[0] - size, span_us[1] + size
+        near = (F.col(END) > F.lit(lo)) & (F.col(END) <= F.lit(hi))
+    if groups or span_us is None:
+        bounds = applied.groupBy(*groups).agg(
+            (F.min(T_US) - F.lit(size)).alias("_lo"), (F.max(T_US) + F.lit(size)).alias("_hi")
+        )
+        if near is not None:  # a literal bound first: the scan filters by it
+            stored = stored.where(near if due is None else near | due)
+        own = (F.col(END) > F.col("_lo")) & (F.col(END) <= F.col("_hi"))
+        near = F.coalesce(own, F.lit(False))
+        stored = (stored.join(bounds, groups, "left") if groups
+                  else stored.crossJoin(bounds))  # one row, null bounds when nothing applies
+    return stored.where(near if due is None else near | due)
 
 
 def step(
@@ -55,52 +85,86 @@ def step(
     watermark_before_us: int | None,
     watermark_after_us: int | None,
     batch: int,
+    span_us: tuple[int, int] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """(changed rows in working form, late rows) for one batch of valid events.
 
-    `stored` is the window table in working form (any superset of the rows needed).
+    The changed rows are those whose frame holds an event of the batch (recomputed, revision
+    up) and, when the watermark moves, the stored open ones it closes (their partials and
+    revision as stored, now final). `stored` is the window table in working form (any superset
+    of the rows needed); `span_us` the least and greatest time of the events, or a range
+    holding them (None: not known).
+
+    The stored rows the batch needs and its events are one union, read once: an event the
+    table already holds (delivered again) replaces its stored row, whose revision it carries on,
+    and an event twice in the batch counts once; told apart by neighbours in the frame's own
+    order, so no join of the events with the stored rows (a shuffle of each) is needed.
     """
     window = agg.window
     assert isinstance(window, Sliding)
     size = window.size_us
     groups = list(agg.group_names)
-    event_key = [*groups, "event_id", T_US]
-    inputs = input_names(agg)
-    ev = events.dropDuplicates(event_key).select(
+    inputs, partials = input_names(agg), partial_names(agg)
+    before, after = watermark_before_us, watermark_after_us
+    ev = events.select(
         *groups, "event_id", "event_time", T_US, *inputs,
         (F.col(T_US) - F.lit(size)).alias(START), F.col(T_US).alias(END),
     )
-    is_late = late_event(watermark_before_us)
+    is_late = late_event(before)
     late_out = late_rows(
-        agg, ev.where(is_late),
-        reason=window_closed(watermark_before_us, opening="(", closing="]"),
-        policy=agg.late, watermark_us=watermark_before_us, batch=batch,
+        agg, ev.dropDuplicates([*groups, "event_id", T_US]).where(is_late),
+        reason=window_closed(before, opening="(", closing="]"),
+        policy=agg.late, watermark_us=before, batch=batch,
     )
     applied = ev if agg.late == "correct" else ev.where(~is_late)
-    bounds = applied.groupBy(*groups).agg(
-        (F.min(T_US) - F.lit(size)).alias("_lo"), (F.max(T_US) + F.lit(size)).alias("_hi")
-    )
-    near = _near(stored, bounds, groups).select(
+    due = None
+    if after is not None and after != before:  # open rows the watermark closes now
+        due = ~F.col("is_final") & final_at(F.col(END), after)
+    old = _wanted(stored, applied, groups, size, span_us, due).select(
         *groups, "event_id", F.col(END).alias(T_US), *inputs,
+        *[F.col(p).alias(_old(p)) for p in partials],
         F.col("revision").alias("_rev"), F.col("is_final").alias("_was_final"),
+        F.lit(0).alias("_new"),
     )
-    fresh = applied.join(
-        near.select(*event_key, "_rev", "_was_final"), event_key, "left"
-    ).select(*event_key, *inputs, "_rev", "_was_final", F.lit(1).alias("_new"))
-    kept = near.join(applied.select(*event_key), event_key, "left_anti").select(
-        *event_key, *inputs, "_rev", "_was_final", F.lit(0).alias("_new")
+    new = applied.select(
+        *groups, "event_id", T_US, *inputs,
+        *[F.lit(None).cast(f.dataType).alias(_old(f.name)) for a in agg.aggregates
+          for f in a.partials()],
+        F.lit(None).cast("int").alias("_rev"), F.lit(None).cast("boolean").alias("_was_final"),
+        F.lit(1).alias("_new"),
     )
+    # In each event's place: its stored row (_new 0), then its arrivals (_new 1).
+    order = per_group(groups).orderBy(T_US, "event_id", "_new")
+
+    def same_event(neighbour) -> Column:
+        return F.coalesce(
+            (neighbour("event_id").over(order) == F.col("event_id"))
+            & (neighbour(T_US).over(order) == F.col(T_US)), F.lit(False))
+
+    is_new = F.col("_new") == 1
+    after_stored = same_event(lambda c: F.lag(c)) & (F.lag("_new").over(order) == 0)
+    both = new.unionByName(old).select(
+        *groups, "event_id", T_US, *inputs, *[_old(p) for p in partials], "_new",
+        F.when(is_new & after_stored, F.lag("_rev").over(order)).otherwise(F.col("_rev"))
+        .alias("_rev"),
+        F.when(is_new & after_stored, F.lag("_was_final").over(order))
+        .otherwise(F.col("_was_final")).alias("_was_final"),
+        F.when(is_new, same_event(lambda c: F.lag(c)) & (F.lag("_new").over(order) == 1))
+        .otherwise(same_event(lambda c: F.lead(c))).alias("_replaced"),
+    ).where(~F.col("_replaced"))
     frame = per_group(groups).orderBy(T_US).rangeBetween(-(size - 1), 0)
-    computed = fresh.unionByName(kept).select(
+    computed = both.select(
         "*", F.max("_new").over(frame).alias("_touched"), *aggregated(agg, over=frame)
     )
     t = F.col(T_US)
-    rows = computed.where(F.col("_touched") == 1).select(
+    touched = F.col("_touched") == 1
+    closes = F.lit(False) if due is None else (~is_new & ~F.col("_was_final") & final_at(t, after))
+    rows = computed.where(touched | closes).select(
         *groups, (t - F.lit(size)).alias(START), t.alias(END), "event_id",
-        *partial_names(agg), *inputs,
-        F.coalesce(F.col("_rev") + 1, F.lit(1)).alias("revision"),
-        (F.coalesce(F.col("_was_final"), F.lit(False)) | final_at(t, watermark_after_us)).alias(
-            "is_final"
-        ),
+        *[F.when(touched, F.col(p)).otherwise(F.col(_old(p))).alias(p) for p in partials],
+        *inputs,
+        F.when(touched, F.coalesce(F.col("_rev") + 1, F.lit(1))).otherwise(F.col("_rev"))
+        .alias("revision"),
+        (F.coalesce(F.col("_was_final"), F.lit(False)) | final_at(t, after)).alias("is_final"),
     )
     return rows, late_out

@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 
 from lakelog.consumers.watermarks import to_us
 from lakelog.windows import fixed, late, sessions, sliding
-from lakelog.windows.frames import START, T_US, final_at, finish, from_table, normalize, ts
+from lakelog.windows.frames import START, T_US, final_at, finish, from_table, normalize
 from lakelog.windows.kinds import Hopping, Session, Sliding, Tumbling
 from lakelog.windows.schemas import late_schema, window_schema
 
@@ -232,14 +232,12 @@ def apply_batch(
     watermark_after: datetime | None,
     batch: int,
     complete: bool = False,
-    keep: Callable[[DataFrame], DataFrame] | None = None,
 ) -> Update:
     """The windows, deletions and late rows of one microbatch (see the module docstring).
 
     With `complete`, tumbling and hopping windows return every stored window as well
-    (`Update.complete`); other kinds ignore it. `keep` (see `scan`) keeps the sliding rows a
-    batch changes when it also needs them to find the rows the watermark closed. Session
-    windows give their rows and deletions together as well (`Update.together`).
+    (`Update.complete`); other kinds ignore it. Session windows give their rows and deletions
+    together as well (`Update.together`).
     """
     scanned = events if isinstance(events, Scanned) else scan(
         agg, events, watermark_before=watermark_before
@@ -254,8 +252,10 @@ def apply_batch(
     options = {"watermark_before_us": before, "watermark_after_us": after, "batch": batch}
     if isinstance(agg.window, Session):  # with the sessions the watermark closed
         changed, late_rows = sessions.step(agg, working, valid, **options)
-    elif isinstance(agg.window, Sliding):
-        changed, late_rows = sliding.step(agg, working, valid, **options)
+    elif isinstance(agg.window, Sliding):  # with the rows the watermark closed
+        changed, late_rows = sliding.step(
+            agg, working, valid, **options,
+            span_us=scanned.span_us if scanned.span_known else None)
     else:
         found = scanned.partials
         if found is None:
@@ -275,29 +275,9 @@ def apply_batch(
         rows, deletes = sessions.cut(together, agg.keys)
         return Update(rows=rows, deletes=deletes, late=late_out,
                       may_have_late=bool(late_parts), together=together)
-    rows = finish(agg, changed, batch=batch)
-    if isinstance(agg.window, Sliding) and after is not None and after != before:
-        # Fixed windows find these in their merge, session windows in their sessionization;
-        # sliding rows are recomputed from a range of stored rows, so the open ones the
-        # watermark passed are found here, told by the rows themselves: those are computed
-        # once and kept.
-        if keep is not None:
-            rows = keep(rows)
-        rows = rows.unionByName(_newly_final(agg, stored, rows, after, batch))
-    return Update(rows=rows, deletes=None, late=late_out, may_have_late=bool(late_parts),
+    return Update(rows=finish(agg, changed, batch=batch), deletes=None, late=late_out,
+                  may_have_late=bool(late_parts),
                   complete=complete and isinstance(agg.window, (Tumbling, Hopping)))
-
-
-def _newly_final(
-    agg: WindowedAggregate, stored: DataFrame, touched: DataFrame, watermark_us: int, batch: int
-) -> DataFrame:
-    """Stored open sliding windows the watermark has passed, other than the `touched` ones
-    (keys)."""
-    keys = list(agg.keys)
-    due = stored.where(~F.col("is_final") & (F.col("window_end") <= ts(watermark_us)))
-    return due.join(touched.select(*keys), keys, "left_anti").withColumns(
-        {"is_final": F.lit(True), "batch": F.lit(batch).cast("long")}
-    ).select(*window_schema(agg).fieldNames())  # the columns of `rows` (`finish`)
 
 
 def batch_windows(

@@ -5,16 +5,18 @@ from __future__ import annotations
 import warnings
 from datetime import timedelta
 
+import pytest
 from windows_helpers import at, by_key, events, local, public, stored, watermark
 
 from lakelog.windows import Count, Sliding, Sum, WindowedAggregate, apply_batch, batch_windows
+from lakelog.windows.updates import known
 
 AGGREGATES = (Count("n"), Sum("total", "x"))
 
 
-def sliding(**options) -> WindowedAggregate:
+def sliding(group_by=("g",), **options) -> WindowedAggregate:
     return WindowedAggregate(
-        "w", ("t",), Sliding(timedelta(seconds=30)), AGGREGATES, group_by=("g",), **options
+        "w", ("t",), Sliding(timedelta(seconds=30)), AGGREGATES, group_by=group_by, **options
     )
 
 
@@ -100,3 +102,63 @@ def test_a_late_event_corrects_final_rows_which_stay_final(spark):
     (late,) = update.late.collect()
     assert (late.event_id, late.policy, late.window_end) == ("e30", "correct", local(30))
     assert late.reason.startswith("window (2026-03-01 12:00:00, 2026-03-01 12:00:30] closed at")
+
+
+#: How a batch finds the stored rows it needs: by its events' span (known from statistics or
+#: the scan) and, with groups, each group's own bounds; or, its span unknown, by bounds it
+#: computes from the events.
+FINDING = [
+    pytest.param(("g",), True, id="groups-span"),
+    pytest.param((), True, id="no-groups-span"),
+    pytest.param(("g",), False, id="groups-no-span"),
+    pytest.param((), False, id="no-groups-no-span"),
+]
+
+
+def one_batch(spark, agg, table, batch_rows, *, before, after):
+    """`apply_batch` of `batch_rows`, scanned by a pass or, `span` unknown, taken as they are."""
+    batch_events = events(spark, batch_rows)
+    return lambda span: apply_batch(
+        agg, table,
+        batch_events if span else known(agg, batch_events, span_us=None, any_invalid=False,
+                                        watermark_before=before, span_known=False),
+        watermark_before=before, watermark_after=after, batch=1,
+    )
+
+
+@pytest.mark.parametrize(("groups", "span"), FINDING)
+def test_an_event_delivered_again_replaces_its_row_and_one_twice_in_a_batch_counts_once(
+    spark, groups, span
+):
+    agg = sliding(watermark=watermark(600), group_by=groups)
+    table = rows(spark, agg, [("e0", 0, 1.0, 1, 1.0, False), ("e20", 20, 2.0, 2, 3.0, False)])
+    update = one_batch(spark, agg, table, [
+        ("e20", 20, "a", 2.0, "u"), ("e25", 25, "a", 4.0, "u"), ("e25", 25, "a", 4.0, "u"),
+    ], before=at(-600), after=at(-575))(span)
+    assert summary(update, "n", "total", "revision") == {
+        "e20": (2, 3.0, 2),  # (-10, 20]: e0 and e20 once; its stored revision carried on
+        "e25": (3, 7.0, 1),  # (-5, 25]: e0, e20, e25 once
+    }
+
+
+@pytest.mark.parametrize(("groups", "span"), FINDING)
+def test_the_watermark_closes_open_rows_no_event_reaches_as_they_are_stored(
+    spark, groups, span
+):
+    agg = sliding(watermark=watermark(0), group_by=groups)
+    # Partials no recomputation from these rows would give: a closed row keeps them.
+    table = rows(spark, agg, [
+        ("e0", 0, 1.0, 7, 9.0, False), ("e100", 100, 2.0, 5, 8.0, False),
+        ("e190", 190, 4.0, 3, 6.0, False), ("e200", 200, 8.0, 4, 14.0, False),
+        ("e-50", -50, 1.0, 1, 1.0, True),
+    ])
+    update = one_batch(spark, agg, table, [("e210", 210, "a", 16.0, "u")],
+                       before=at(50), after=at(195))(span)
+    got = by_key(public(update.rows, keep=("is_final", "revision", "batch")), "event_id")
+    assert {e: (r["n"], r["total"], r["revision"], r["is_final"], r["batch"])
+            for (e,), r in got.items()} == {
+        "e0": (7, 9.0, 1, True, 1),  # far from the event: as stored, now final
+        "e100": (5, 8.0, 1, True, 1),
+        "e190": (3, 6.0, 1, True, 1),  # near the event, its frame without it: as stored
+        "e210": (3, 28.0, 1, False, 1),  # (180, 210]: e190, e200 and itself
+    }
