@@ -8,12 +8,14 @@ session ``[s, e)`` is final once the watermark reaches ``e``, like every other w
 
 Incrementally: a batch takes the stored sessions its events can join (an event at ``t`` joins
 a session ``[s, e)`` when ``s - gap < t < e``; only new events can bridge stored sessions, which
-were maximal), and the open ones, of any group, that the batch's watermark closes: two disjoint
-parts of the stored rows read, one join with the events. These and the events' intervals are
-re-sessionized together (gaps and islands over intervals sorted by start), their partials
-merged, and the merged sessions upserted while every stored session they absorbed is deleted,
-in one commit. A closed session no event reached comes out alone, unchanged but final and
-written by this batch. Each merged session carries the starts of the stored ones it absorbed,
+were maximal), and the open ones, of any group, that the batch's watermark closes. When the
+batch knows its events' span (it usually does: the log's statistics or its first pass), the
+stored sessions within it are taken by literal bounds, reached or not, with no join (a session
+no event reaches stays alone and unchanged, and is not written); otherwise a join with the
+events finds the ones they reach. These and the events' intervals are re-sessionized together
+(gaps and islands over intervals sorted by start), their partials merged, and the merged
+sessions upserted while every stored session they absorbed is deleted, in one commit. A closed
+session no event reached comes out alone, unchanged but final and written by this batch. Each merged session carries the starts of the stored ones it absorbed,
 so the deletions come out of the same pass as the rows (`ABSORBED`).
 
 Lateness: whether an event changes a final session depends on the sessions around it, and must
@@ -77,11 +79,17 @@ def step(
     watermark_before_us: int | None,
     watermark_after_us: int | None,
     batch: int,
+    span_us: tuple[int, int] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """(changed sessions, late rows) for one batch of valid events. `stored` is the window table
     in working form (any superset of the sessions the events can join and the open ones the
     watermark closes). The changed sessions are in working form, with `ABSORBED` false, and
-    then the stored sessions they absorbed, to delete, with it true (their keys only hold)."""
+    then the stored sessions they absorbed, to delete, with it true (their keys only hold).
+
+    `span_us` (the least and greatest time of the events, or a range holding them; None: not
+    known) bounds the stored sessions an event can join by literals: those within it join the
+    sessionization as they are, where a session no event reaches stays alone and unchanged,
+    and is left out. Without it, the sessions the events reach are found by a join."""
     window = agg.window
     assert isinstance(window, Session)
     gap = window.gap_us
@@ -94,10 +102,16 @@ def step(
     )
     applied = ev if agg.late == "correct" else ev.where(~is_late)
     after = watermark_after_us
-    if after is None or after == watermark_before_us:
-        candidates = reachable(stored, applied, groups, gap)
-    else:  # and the open sessions the watermark closes, reached or not: two disjoint parts
+    due = None  # the open sessions the watermark closes, reached or not
+    if after is not None and after != watermark_before_us:
         due = ~F.coalesce(F.col("is_final"), F.lit(False)) & (F.col(END) <= F.lit(after))
+    if span_us is not None:
+        lo, hi = span_us
+        near = (F.col(START) - F.lit(gap) < F.lit(hi)) & (F.col(END) > F.lit(lo))
+        candidates = stored.where(near if due is None else near | due)
+    elif due is None:
+        candidates = reachable(stored, applied, groups, gap)
+    else:  # two disjoint parts
         candidates = stored.where(due).unionByName(
             reachable(stored.where(~due), applied, groups, gap))
     partials = partial_names(agg)
@@ -133,16 +147,17 @@ def step(
         .select(*session, "_side.*").groupBy(*session).agg(*merged(agg))
     # (Stored sessions do not overlap; if two did, they merge here like any others.)
     changed = (F.col("_events") > 0) | (F.size("_starts") > 1)
+    was_final = F.coalesce(F.col("_final"), F.lit(False))
+    closes = ~was_final & final_at(F.col(END), watermark_after_us)
     entry = F.struct(F.col(START).alias("start"), F.lit(False).alias("gone"))
     absorbed = F.transform(
         "_starts", lambda s: F.struct(s.alias("start"), F.lit(True).alias("gone")))
     entries = F.when(changed, F.concat(F.array(entry), absorbed)).otherwise(F.array(entry))
-    rows = combined.select(
+    rows = combined.where(changed | closes).select(  # a session left as it was: not written
         *groups, END, *partials,
         F.when(changed, F.coalesce(F.col("_rev") + 1, F.lit(1))).otherwise(F.col("_rev"))
         .alias("revision"),
-        (F.coalesce(F.col("_final"), F.lit(False)) | final_at(F.col(END), watermark_after_us))
-        .alias("is_final"),
+        (was_final | final_at(F.col(END), watermark_after_us)).alias("is_final"),
         F.explode(entries).alias("_entry"),
     ).select(
         *groups, F.col("_entry.start").alias(START), END, *partials, "revision", "is_final",

@@ -250,12 +250,11 @@ def apply_batch(
         late_parts.append(late.invalid_rows(agg, normalized, watermark_us=before, batch=batch))
     working = from_table(agg, stored)
     options = {"watermark_before_us": before, "watermark_after_us": after, "batch": batch}
+    span = scanned.span_us if scanned.span_known else None
     if isinstance(agg.window, Session):  # with the sessions the watermark closed
-        changed, late_rows = sessions.step(agg, working, valid, **options)
+        changed, late_rows = sessions.step(agg, working, valid, **options, span_us=span)
     elif isinstance(agg.window, Sliding):  # with the rows the watermark closed
-        changed, late_rows = sliding.step(
-            agg, working, valid, **options,
-            span_us=scanned.span_us if scanned.span_known else None)
+        changed, late_rows = sliding.step(agg, working, valid, **options, span_us=span)
     else:
         found = scanned.partials
         if found is None:

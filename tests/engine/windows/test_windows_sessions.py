@@ -19,6 +19,7 @@ from lakelog.windows import (
     batch_windows,
 )
 from lakelog.windows.schemas import window_schema
+from lakelog.windows.updates import known
 
 AGGREGATES = (Count("n"), Sum("total", "x"))
 
@@ -103,12 +104,17 @@ def test_sessions_keep_distinct_counts_of_any_sketch_size(spark):
     assert got == {("a", local(0)): (4, 3, 2), ("a", local(300)): (1, 1, 1)}
 
 
+@pytest.mark.parametrize("span", [True, False], ids=["span", "no-span"])
 @pytest.mark.parametrize("watermark_after", [200, 30])
-def test_sessions_the_watermark_closes_beside_those_an_event_reaches(spark, watermark_after):
+def test_sessions_the_watermark_closes_beside_those_an_event_reaches(
+    spark, watermark_after, span
+):
     """One pass finds both the stored sessions an event reaches and the open ones the watermark
     closes: a closed session no event reached comes out final with its revision and is not
     deleted; one an event reached is merged, revised and deleted under its old key; a final
-    one, a touching one and one of another group stay as they are."""
+    one, a touching one and ones of another group stay as they are. Found by the events' span
+    (a session of another group within it joins the pass and is left out) or, the span
+    unknown, by a join with the events."""
     agg = sessions(watermark=watermark(0))
     table = stored(spark, agg, [
         {"g": "a", "start": 0, "end": 40, "n": 2, "total": 3.0, "revision": 1,
@@ -121,9 +127,15 @@ def test_sessions_the_watermark_closes_beside_those_an_event_reaches(spark, wate
          "is_final": True},  # final already
         {"g": "b", "start": 150, "end": 300, "n": 1, "total": 2.0, "revision": 1,
          "is_final": False},  # open after the watermark, not reached
+        {"g": "b", "start": 90, "end": 120, "n": 1, "total": 6.0, "revision": 1,
+         "is_final": False},  # within the events' span, not reached
     ])
+    batch_events = events(spark, [("e1", 100, "a", 4.0, "u")])
+    if not span:
+        batch_events = known(agg, batch_events, span_us=None, any_invalid=False,
+                             watermark_before=at(30), span_known=False)
     update = apply_batch(
-        agg, table, events(spark, [("e1", 100, "a", 4.0, "u")]),
+        agg, table, batch_events,
         watermark_before=at(30), watermark_after=at(watermark_after), batch=5,
     )
 
@@ -139,6 +151,7 @@ def test_sessions_the_watermark_closes_beside_those_an_event_reaches(spark, wate
             ("a", local(0)): (local(40), 2, 3.0, 1, True, 5),
             **merged,
             ("a", local(130)): (local(160), 1, 7.0, 1, True, 5),
+            ("b", local(90)): (local(120), 1, 6.0, 1, True, 5),
         }
     else:  # the watermark did not move: only the reached session changes
         assert summary == merged
