@@ -15,8 +15,9 @@ no event reaches stays alone and unchanged, and is not written); otherwise a joi
 events finds the ones they reach. These and the events' intervals are re-sessionized together
 (gaps and islands over intervals sorted by start), their partials merged, and the merged
 sessions upserted while every stored session they absorbed is deleted, in one commit. A closed
-session no event reached comes out alone, unchanged but final and written by this batch. Each merged session carries the starts of the stored ones it absorbed,
-so the deletions come out of the same pass as the rows (`ABSORBED`).
+session no event reached comes out alone, unchanged but final and written by this batch. Each
+merged session carries the starts of the stored ones it absorbed, so the deletions come out of
+the same pass as the rows (`ABSORBED`).
 
 Lateness: whether an event changes a final session depends on the sessions around it, and must
 not depend on the table (a retry has to route the same records). An event before the watermark
@@ -40,6 +41,7 @@ from lakelog.windows.frames import (
 )
 from lakelog.windows.kinds import Session
 from lakelog.windows.late import before_watermark, late_rows
+from lakelog.windows.pruning import SLACK_US
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
@@ -105,8 +107,8 @@ def step(
     due = None  # the open sessions the watermark closes, reached or not
     if after is not None and after != watermark_before_us:
         due = ~F.coalesce(F.col("is_final"), F.lit(False)) & (F.col(END) <= F.lit(after))
-    if span_us is not None:
-        lo, hi = span_us
+    if span_us is not None:  # widened as file pruning widens it (`pruning.SLACK_US`)
+        lo, hi = span_us[0] - SLACK_US, span_us[1] + SLACK_US
         near = (F.col(START) - F.lit(gap) < F.lit(hi)) & (F.col(END) > F.lit(lo))
         candidates = stored.where(near if due is None else near | due)
     elif due is None:
@@ -148,7 +150,7 @@ def step(
     # (Stored sessions do not overlap; if two did, they merge here like any others.)
     changed = (F.col("_events") > 0) | (F.size("_starts") > 1)
     was_final = F.coalesce(F.col("_final"), F.lit(False))
-    closes = ~was_final & final_at(F.col(END), watermark_after_us)
+    closes = F.lit(False) if due is None else ~was_final & final_at(F.col(END), after)
     entry = F.struct(F.col(START).alias("start"), F.lit(False).alias("gone"))
     absorbed = F.transform(
         "_starts", lambda s: F.struct(s.alias("start"), F.lit(True).alias("gone")))

@@ -33,6 +33,7 @@ from lakelog.windows.frames import (
 )
 from lakelog.windows.kinds import Sliding
 from lakelog.windows.late import late_rows, window_closed
+from lakelog.windows.pruning import SLACK_US
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
@@ -61,8 +62,8 @@ def _wanted(
     With groups each group's own bounds come from the events (a small aggregate, joined), so a
     group's rows far from its own events are not recomputed."""
     near: Column | None = None
-    if span_us is not None:
-        lo, hi = span_us[0] - size, span_us[1] + size
+    if span_us is not None:  # widened as file pruning widens it (`pruning.SLACK_US`)
+        lo, hi = span_us[0] - size - SLACK_US, span_us[1] + size + SLACK_US
         near = (F.col(END) > F.lit(lo)) & (F.col(END) <= F.lit(hi))
     if groups or span_us is None:
         bounds = applied.groupBy(*groups).agg(

@@ -19,6 +19,7 @@ from lakelog.windows import (
     batch_windows,
 )
 from lakelog.windows.schemas import window_schema
+from lakelog.consumers.watermarks import to_us
 from lakelog.windows.updates import known
 
 AGGREGATES = (Count("n"), Sum("total", "x"))
@@ -104,7 +105,7 @@ def test_sessions_keep_distinct_counts_of_any_sketch_size(spark):
     assert got == {("a", local(0)): (4, 3, 2), ("a", local(300)): (1, 1, 1)}
 
 
-@pytest.mark.parametrize("span", [True, False], ids=["span", "no-span"])
+@pytest.mark.parametrize("span", ["scan", "wide", None], ids=["span", "wide-span", "no-span"])
 @pytest.mark.parametrize("watermark_after", [200, 30])
 def test_sessions_the_watermark_closes_beside_those_an_event_reaches(
     spark, watermark_after, span
@@ -112,9 +113,10 @@ def test_sessions_the_watermark_closes_beside_those_an_event_reaches(
     """One pass finds both the stored sessions an event reaches and the open ones the watermark
     closes: a closed session no event reached comes out final with its revision and is not
     deleted; one an event reached is merged, revised and deleted under its old key; a final
-    one, a touching one and ones of another group stay as they are. Found by the events' span
-    (a session of another group within it joins the pass and is left out) or, the span
-    unknown, by a join with the events."""
+    one, a touching one and ones of other groups stay as they are. Found by the events' span,
+    as the first pass finds it or wider, as a log's file statistics may give it (sessions of
+    other groups within it join the pass and are left out), or, the span unknown, by a join
+    with the events."""
     agg = sessions(watermark=watermark(0))
     table = stored(spark, agg, [
         {"g": "a", "start": 0, "end": 40, "n": 2, "total": 3.0, "revision": 1,
@@ -129,9 +131,14 @@ def test_sessions_the_watermark_closes_beside_those_an_event_reaches(
          "is_final": False},  # open after the watermark, not reached
         {"g": "b", "start": 90, "end": 120, "n": 1, "total": 6.0, "revision": 1,
          "is_final": False},  # within the events' span, not reached
+        {"g": "c", "start": 80, "end": 110, "n": 1, "total": 3.0, "revision": 4,
+         "is_final": True},  # final already, within the span, not reached
     ])
     batch_events = events(spark, [("e1", 100, "a", 4.0, "u")])
-    if not span:
+    if span == "wide":
+        batch_events = known(agg, batch_events, any_invalid=False, watermark_before=at(30),
+                             span_us=(to_us(at(0)), to_us(at(200))))
+    elif span is None:
         batch_events = known(agg, batch_events, span_us=None, any_invalid=False,
                              watermark_before=at(30), span_known=False)
     update = apply_batch(
@@ -140,6 +147,7 @@ def test_sessions_the_watermark_closes_beside_those_an_event_reaches(
     )
 
     got = by_key(public(update.rows, keep=("is_final", "revision", "batch")), "g", "window_start")
+    assert update.rows.count() == len(got)  # one row a key
     summary = {
         (g, start): (r["window_end"], r["n"], r["total"], r["revision"], r["is_final"], r["batch"])
         for (g, start), r in got.items()

@@ -9,6 +9,7 @@ import pytest
 from windows_helpers import at, by_key, events, local, public, stored, watermark
 
 from lakelog.windows import Count, Sliding, Sum, WindowedAggregate, apply_batch, batch_windows
+from lakelog.consumers.watermarks import to_us
 from lakelog.windows.updates import known
 
 AGGREGATES = (Count("n"), Sum("total", "x"))
@@ -105,25 +106,37 @@ def test_a_late_event_corrects_final_rows_which_stay_final(spark):
 
 
 #: How a batch finds the stored rows it needs: by its events' span (known from statistics or
-#: the scan) and, with groups, each group's own bounds; or, its span unknown, by bounds it
-#: computes from the events.
+#: the scan; "wide": a range holding the events, as a log's file statistics may give) and,
+#: with groups, each group's own bounds; or, its span unknown, by bounds it computes from the
+#: events.
 FINDING = [
-    pytest.param(("g",), True, id="groups-span"),
-    pytest.param((), True, id="no-groups-span"),
-    pytest.param(("g",), False, id="groups-no-span"),
-    pytest.param((), False, id="no-groups-no-span"),
+    pytest.param(("g",), "scan", id="groups-span"),
+    pytest.param((), "scan", id="no-groups-span"),
+    pytest.param(("g",), "wide", id="groups-wide-span"),
+    pytest.param((), "wide", id="no-groups-wide-span"),
+    pytest.param(("g",), None, id="groups-no-span"),
+    pytest.param((), None, id="no-groups-no-span"),
 ]
 
 
 def one_batch(spark, agg, table, batch_rows, *, before, after):
-    """`apply_batch` of `batch_rows`, scanned by a pass or, `span` unknown, taken as they are."""
+    """`apply_batch` of `batch_rows`: scanned by a pass (`span` "scan"), or taken as they are
+    with a span 100 s wider than theirs on each side ("wide") or none known (None)."""
     batch_events = events(spark, batch_rows)
-    return lambda span: apply_batch(
-        agg, table,
-        batch_events if span else known(agg, batch_events, span_us=None, any_invalid=False,
-                                        watermark_before=before, span_known=False),
-        watermark_before=before, watermark_after=after, batch=1,
-    )
+    times = [r[1] for r in batch_rows]
+
+    def run(span):
+        given = batch_events
+        if span == "wide":
+            given = known(agg, batch_events, any_invalid=False, watermark_before=before,
+                          span_us=(to_us(at(min(times) - 100)), to_us(at(max(times) + 100))))
+        elif span is None:
+            given = known(agg, batch_events, span_us=None, any_invalid=False,
+                          watermark_before=before, span_known=False)
+        return apply_batch(agg, table, given, watermark_before=before, watermark_after=after,
+                           batch=1)
+
+    return run
 
 
 @pytest.mark.parametrize(("groups", "span"), FINDING)
@@ -149,16 +162,18 @@ def test_the_watermark_closes_open_rows_no_event_reaches_as_they_are_stored(
     # Partials no recomputation from these rows would give: a closed row keeps them.
     table = rows(spark, agg, [
         ("e0", 0, 1.0, 7, 9.0, False), ("e100", 100, 2.0, 5, 8.0, False),
-        ("e190", 190, 4.0, 3, 6.0, False), ("e200", 200, 8.0, 4, 14.0, False),
-        ("e-50", -50, 1.0, 1, 1.0, True),
+        ("e190", 190, 4.0, 3, 6.0, False), ("e195", 195, 32.0, 2, 9.0, True),
+        ("e200", 200, 8.0, 4, 14.0, False), ("e-50", -50, 1.0, 1, 1.0, True),
     ])
     update = one_batch(spark, agg, table, [("e210", 210, "a", 16.0, "u")],
                        before=at(50), after=at(195))(span)
     got = by_key(public(update.rows, keep=("is_final", "revision", "batch")), "event_id")
+    assert update.rows.count() == len(got)  # one row a key
     assert {e: (r["n"], r["total"], r["revision"], r["is_final"], r["batch"])
             for (e,), r in got.items()} == {
         "e0": (7, 9.0, 1, True, 1),  # far from the event: as stored, now final
         "e100": (5, 8.0, 1, True, 1),
         "e190": (3, 6.0, 1, True, 1),  # near the event, its frame without it: as stored
-        "e210": (3, 28.0, 1, False, 1),  # (180, 210]: e190, e200 and itself
+        # (e195, final already and its frame without the event, is not written again)
+        "e210": (4, 60.0, 1, False, 1),  # (180, 210]: e190, e195, e200 and itself
     }
