@@ -143,15 +143,15 @@ def step(
             & (neighbour(T_US).over(order) == F.col(T_US)), F.lit(False))
 
     is_new = F.col("_new") == 1
-    after_stored = same_event(lambda c: F.lag(c)) & (F.lag("_new").over(order) == 0)
+    after_stored = same_event(F.lag) & (F.lag("_new").over(order) == 0)
     both = new.unionByName(old).select(
         *groups, "event_id", T_US, *inputs, *[_old(p) for p in partials], "_new",
         F.when(is_new & after_stored, F.lag("_rev").over(order)).otherwise(F.col("_rev"))
         .alias("_rev"),
         F.when(is_new & after_stored, F.lag("_was_final").over(order))
         .otherwise(F.col("_was_final")).alias("_was_final"),
-        F.when(is_new, same_event(lambda c: F.lag(c)) & (F.lag("_new").over(order) == 1))
-        .otherwise(same_event(lambda c: F.lead(c))).alias("_replaced"),
+        F.when(is_new, same_event(F.lag) & (F.lag("_new").over(order) == 1))
+        .otherwise(same_event(F.lead)).alias("_replaced"),
     ).where(~F.col("_replaced"))
     frame = per_group(groups).orderBy(T_US).rangeBetween(-(size - 1), 0)
     computed = both.select(

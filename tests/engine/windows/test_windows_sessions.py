@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
-from windows_helpers import at, by_key, events, local, public, stored, watermark
+from windows_helpers import at, by_key, events, local, public, stored, watermark, with_span
 
 from lakelog.windows import (
     ApproxDistinct,
@@ -19,8 +19,6 @@ from lakelog.windows import (
     batch_windows,
 )
 from lakelog.windows.schemas import window_schema
-from lakelog.consumers.watermarks import to_us
-from lakelog.windows.updates import known
 
 AGGREGATES = (Count("n"), Sum("total", "x"))
 
@@ -134,13 +132,8 @@ def test_sessions_the_watermark_closes_beside_those_an_event_reaches(
         {"g": "c", "start": 80, "end": 110, "n": 1, "total": 3.0, "revision": 4,
          "is_final": True},  # final already, within the span, not reached
     ])
-    batch_events = events(spark, [("e1", 100, "a", 4.0, "u")])
-    if span == "wide":
-        batch_events = known(agg, batch_events, any_invalid=False, watermark_before=at(30),
-                             span_us=(to_us(at(0)), to_us(at(200))))
-    elif span is None:
-        batch_events = known(agg, batch_events, span_us=None, any_invalid=False,
-                             watermark_before=at(30), span_known=False)
+    batch_events = with_span(agg, events(spark, [("e1", 100, "a", 4.0, "u")]), span,
+                             lo=100, hi=100, watermark_before=at(30))
     update = apply_batch(
         agg, table, batch_events,
         watermark_before=at(30), watermark_after=at(watermark_after), batch=5,

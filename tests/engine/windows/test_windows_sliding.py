@@ -6,11 +6,9 @@ import warnings
 from datetime import timedelta
 
 import pytest
-from windows_helpers import at, by_key, events, local, public, stored, watermark
+from windows_helpers import at, by_key, events, local, public, stored, watermark, with_span
 
 from lakelog.windows import Count, Sliding, Sum, WindowedAggregate, apply_batch, batch_windows
-from lakelog.consumers.watermarks import to_us
-from lakelog.windows.updates import known
 
 AGGREGATES = (Count("n"), Sum("total", "x"))
 
@@ -119,24 +117,13 @@ FINDING = [
 ]
 
 
-def one_batch(spark, agg, table, batch_rows, *, before, after):
-    """`apply_batch` of `batch_rows`: scanned by a pass (`span` "scan"), or taken as they are
-    with a span 100 s wider than theirs on each side ("wide") or none known (None)."""
-    batch_events = events(spark, batch_rows)
+def one_batch(spark, agg, table, batch_rows, span, *, before, after):
+    """`apply_batch` of `batch_rows`, their span known as `span` says (`with_span`)."""
     times = [r[1] for r in batch_rows]
-
-    def run(span):
-        given = batch_events
-        if span == "wide":
-            given = known(agg, batch_events, any_invalid=False, watermark_before=before,
-                          span_us=(to_us(at(min(times) - 100)), to_us(at(max(times) + 100))))
-        elif span is None:
-            given = known(agg, batch_events, span_us=None, any_invalid=False,
-                          watermark_before=before, span_known=False)
-        return apply_batch(agg, table, given, watermark_before=before, watermark_after=after,
-                           batch=1)
-
-    return run
+    given = with_span(agg, events(spark, batch_rows), span, lo=min(times), hi=max(times),
+                      watermark_before=before)
+    return apply_batch(agg, table, given, watermark_before=before, watermark_after=after,
+                       batch=1)
 
 
 @pytest.mark.parametrize(("groups", "span"), FINDING)
@@ -147,7 +134,7 @@ def test_an_event_delivered_again_replaces_its_row_and_one_twice_in_a_batch_coun
     table = rows(spark, agg, [("e0", 0, 1.0, 1, 1.0, False), ("e20", 20, 2.0, 2, 3.0, False)])
     update = one_batch(spark, agg, table, [
         ("e20", 20, "a", 2.0, "u"), ("e25", 25, "a", 4.0, "u"), ("e25", 25, "a", 4.0, "u"),
-    ], before=at(-600), after=at(-575))(span)
+    ], span, before=at(-600), after=at(-575))
     assert summary(update, "n", "total", "revision") == {
         "e20": (2, 3.0, 2),  # (-10, 20]: e0 and e20 once; its stored revision carried on
         "e25": (3, 7.0, 1),  # (-5, 25]: e0, e20, e25 once
@@ -165,8 +152,8 @@ def test_the_watermark_closes_open_rows_no_event_reaches_as_they_are_stored(
         ("e190", 190, 4.0, 3, 6.0, False), ("e195", 195, 32.0, 2, 9.0, True),
         ("e200", 200, 8.0, 4, 14.0, False), ("e-50", -50, 1.0, 1, 1.0, True),
     ])
-    update = one_batch(spark, agg, table, [("e210", 210, "a", 16.0, "u")],
-                       before=at(50), after=at(195))(span)
+    update = one_batch(spark, agg, table, [("e210", 210, "a", 16.0, "u")], span,
+                       before=at(50), after=at(195))
     got = by_key(public(update.rows, keep=("is_final", "revision", "batch")), "event_id")
     assert update.rows.count() == len(got)  # one row a key
     assert {e: (r["n"], r["total"], r["revision"], r["is_final"], r["batch"])

@@ -6,8 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 
-from lakelog.consumers.watermarks import Watermark, watermark_of
+from lakelog.consumers.watermarks import Watermark, to_us, watermark_of
 from lakelog.windows import WindowedAggregate, apply_batch
+from lakelog.windows.updates import Scanned, known
 from lakelog.windows.schemas import window_schema
 
 BASE = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -30,6 +31,23 @@ def events(spark: SparkSession, rows: list[tuple]) -> DataFrame:
     return spark.createDataFrame(
         [(e, None if s is None else at(s), g, x, u) for e, s, g, x, u in rows], EVENTS
     )
+
+
+def with_span(
+    agg: WindowedAggregate, df: DataFrame, span: str | None, *, lo: float, hi: float,
+    watermark_before: datetime,
+) -> DataFrame | Scanned:
+    """A batch's events as `apply_batch` takes them, by how the span of their times (`lo`..`hi`
+    seconds) is known: "scan", by the batch's own pass (the events as they are); "wide", given
+    100 s wider on each side, as a log's file statistics may give it; None, not known."""
+    if span == "scan":
+        return df
+    if span == "wide":
+        return known(agg, df, span_us=(to_us(at(lo - 100)), to_us(at(hi + 100))),
+                     any_invalid=False, watermark_before=watermark_before)
+    assert span is None, span
+    return known(agg, df, span_us=None, any_invalid=False, watermark_before=watermark_before,
+                 span_known=False)
 
 
 def stored(spark: SparkSession, agg: WindowedAggregate, windows: list[dict]) -> DataFrame:
