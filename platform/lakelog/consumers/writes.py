@@ -124,7 +124,7 @@ def write_output(
         else:
             lake.write(snapshot, _versions(output, changes.rows, hint), txns=txns,
                        metadata=metadata, max_records_per_file=output.rows_per_file,
-                       rows_hint=hint)
+                       rows_hint=hint, sort_by=output.keys if output.rows_per_file else ())
     elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,

@@ -166,13 +166,17 @@ class Lake(Protocol):
         metadata: CommitMetadata | None = None,
         max_records_per_file: int | None = None,
         rows_hint: int | None = None,
+        sort_by: Sequence[str] = (),
     ) -> int:
         """Write `df` as Parquet files and commit them, with `remove`, as one transaction.
 
         Returns the committed version. `df=None` commits only the removes and app transactions.
         `max_records_per_file` cuts each task's output into files of at most that many rows.
         `rows_hint`, about how many rows `df` has when the caller knows (a microbatch's), lets
-        an engine write few rows without a write job of their own.
+        an engine write few rows without a write job of their own. `sort_by`: the files hold
+        the rows in this order (ascending) when the engine collects them to write
+        them itself; a write by Spark keeps `df`'s order, which the caller chose
+        (`lakelog.lake.upsert.clustered`).
         """
 
     def read_arrow(

@@ -37,9 +37,11 @@ def write(
     *,
     max_records_per_file: int | None = None,
     rows_hint: int | None = None,
+    sort_by: Sequence[str] = (),
 ) -> list[AddAction]:
     """Write `df` into the table at `table_root` (a path of `fs`; `spark_root` is the same
-    folder as Spark names it) and describe the files; nothing is committed."""
+    folder as Spark names it) and describe the files; nothing is committed. Rows collected
+    here are sorted by `sort_by` first (`Lake.write`)."""
     expected = snapshot.schema
     if driver_write.is_small_write(rows_hint):
         # The schema comes with the rows (no look-up of its own): a mismatch is found once the
@@ -47,9 +49,13 @@ def write(
         table = driver_write.conformed(snapshot, *driver_write.collect(df))
         if table.num_rows == 0:
             return []
+        if sort_by:
+            table = driver_write.sorted_rows(table, sort_by)
         groups = driver_write.groups(table, snapshot.partition_columns)
         if groups is not None:
             return write_arrow(fs, table_root, snapshot, groups, max_records_per_file)
+        if sort_by:  # Spark writes them after all: in the order asked for
+            df = df.coalesce(1).sortWithinPartitions(*sort_by)
     df, actual = widen(df, expected)
     driver_write.checked(snapshot, actual)
     df = df.select(*expected.fieldNames())

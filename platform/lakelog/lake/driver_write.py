@@ -155,6 +155,11 @@ def conformed(snapshot: Snapshot, table: pa.Table, actual: StructType) -> pa.Tab
     return table.select(expected.fieldNames())
 
 
+def sorted_rows(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """`table` sorted by `columns`, ascending (nulls last: the order only clusters the files)."""
+    return table.sort_by([(c, "ascending") for c in columns])
+
+
 def groups(table: pa.Table, partition_columns: Sequence[str]) -> list[tuple[str, pa.Table]] | None:
     """The rows (some: no rows are no write) as (partition folder, file rows) groups in the rows'
     order; None when a partition value is not plain (the caller writes with Spark instead)."""

@@ -199,10 +199,11 @@ class EmbeddedLake:
         metadata: CommitMetadata | None = None,
         max_records_per_file: int | None = None,
         rows_hint: int | None = None,
+        sort_by: Sequence[str] = (),
     ) -> int:
         removed = list(snapshot.files()) if mode == "overwrite" else list(remove)
         adds = [] if df is None else self._write_files(snapshot, df, max_records_per_file,
-                                                        rows_hint)
+                                                        rows_hint, sort_by)
         if callable(metadata):
             metadata = metadata(sum(json.loads(a.stats)["numRecords"] for a in adds))
         return self._commit(snapshot, adds, removed, txns, metadata)
@@ -332,10 +333,11 @@ class EmbeddedLake:
         df: DataFrame,
         max_records_per_file: int | None = None,
         rows_hint: int | None = None,
+        sort_by: Sequence[str] = (),
     ) -> list[AddAction]:
         return data_files.write(
             self.fs, self.fs_path(snapshot.path), self.spark_path(snapshot.path), snapshot, df,
-            max_records_per_file=max_records_per_file, rows_hint=rows_hint)
+            max_records_per_file=max_records_per_file, rows_hint=rows_hint, sort_by=sort_by)
 
     def _delete_files(self, path: str, relative_paths: Sequence[str]) -> None:
         data_files.delete(self.fs, self.fs_path(path), relative_paths)

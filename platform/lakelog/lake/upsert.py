@@ -75,18 +75,21 @@ def clustered(
     df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int, *,
     rows_hint: int | None = None,
 ) -> DataFrame:
-    """`df` (about `rows` rows) sorted by the key, in key ranges of about `rows_per_file` rows.
+    """`df` (about `rows` rows) sorted by the key, in key ranges of about `rows_per_file` rows,
+    for a write with ``max_records_per_file=rows_per_file`` and ``sort_by=keys`` (`Lake.write`).
 
-    Written with ``max_records_per_file=rows_per_file`` (`Lake.write`), each task's sorted rows
-    are cut into files of at most `rows_per_file`: `rows` may be an estimate, even a low one,
-    since it only chooses how many tasks share the work (one, without a shuffle, for few rows).
-    `rows_hint`: the one the write is given. When that write collects the rows and writes them
-    here (`driver_write.is_small_write`), it cuts one sorted run into files, so no range
-    partitioning (a sampling job of its own) is needed whatever their number.
+    A Spark write cuts each task's sorted rows into files of at most `rows_per_file`: `rows`
+    may be an estimate, even a low one, since it only chooses how many tasks share the work
+    (one, without a shuffle, for few rows). `rows_hint`: the one the write is given. When that
+    write collects the rows and writes them here (`driver_write.is_small_write`), `df` is left
+    as it is: the collected rows are sorted here (`sort_by`) and cut into files, so neither a
+    range partitioning (a sampling job of its own) nor one task for the whole last stage of
+    `df`'s plan is needed.
     """
+    if driver_write.is_small_write(rows_hint):
+        return df
     files = max(1, math.ceil(rows / rows_per_file))
-    one = files == 1 or driver_write.is_small_write(rows_hint)
-    spread = df.coalesce(1) if one else df.repartitionByRange(files, *keys)
+    spread = df.coalesce(1) if files == 1 else df.repartitionByRange(files, *keys)
     return spread.sortWithinPartitions(*keys)
 
 
@@ -184,10 +187,11 @@ def _merge(
     hint = None if rows is None else estimate
     if rows_per_file:
         merged = clustered(merged, keys, rows_per_file, estimate, rows_hint=hint)
-    elif small:
+    elif small and not driver_write.is_small_write(hint):
         merged = merged.coalesce(1)  # it stays one file, which the next upsert reads whole
     return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata,
-                      max_records_per_file=rows_per_file, rows_hint=hint)
+                      max_records_per_file=rows_per_file, rows_hint=hint,
+                      sort_by=keys if rows_per_file else ())
 
 
 def rewrite(
@@ -209,4 +213,5 @@ def rewrite(
         estimate = sum(f.num_records for f in files) if rows_hint is None else rows_hint
         rows = clustered(rows, keys, rows_per_file, estimate, rows_hint=rows_hint)
     return lake.write(snapshot, rows, remove=files, txns=txns, metadata=metadata,
-                      max_records_per_file=rows_per_file, rows_hint=rows_hint)
+                      max_records_per_file=rows_per_file, rows_hint=rows_hint,
+                      sort_by=keys if rows_per_file else ())
