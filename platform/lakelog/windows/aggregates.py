@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 
 from pyspark.sql import Column
@@ -24,6 +25,14 @@ from pyspark.sql import types as T
 from lakelog.errors import ConfigError
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+
+#: A partial column of one side of a merge of two rows, by the partial's name.
+Side = Callable[[str], Column]
+
+
+def _added(a: Column, b: Column) -> Column:
+    """`a + b` where both are there, else the one that is (as SQL SUM over the two)."""
+    return F.coalesce(a + b, a, b)
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,12 @@ class Aggregation(ABC):
         """Aggregate functions (in `partials` order, cast by the caller) over stored partials."""
 
     @abstractmethod
+    def combine(self, old: Side, new: Side) -> list[Column]:
+        """Row-wise expressions (in `partials` order, cast by the caller) merging the partials
+        of two rows, either of which may be missing (all its partials null): what `merge`
+        gives over the two."""
+
+    @abstractmethod
     def value_type(self) -> T.DataType:
         """The type of the public value."""
 
@@ -108,6 +123,9 @@ class Count(Aggregation):
 
     def merge(self) -> list[Column]:
         return [F.sum(self._partial("count"))]
+
+    def combine(self, old: Side, new: Side) -> list[Column]:
+        return [_added(old(self._partial("count")), new(self._partial("count")))]
 
     def value_type(self) -> T.DataType:
         return T.LongType()
@@ -157,6 +175,9 @@ class Sum(_Typed):
     def merge(self) -> list[Column]:
         return [F.sum(self._partial("sum"))]
 
+    def combine(self, old: Side, new: Side) -> list[Column]:
+        return [_added(old(self._partial("sum")), new(self._partial("sum")))]
+
     def value(self) -> Column:
         return F.col(self._partial("sum"))
 
@@ -174,6 +195,9 @@ class Min(_Typed):
     def merge(self) -> list[Column]:
         return [F.min(self._partial("min"))]
 
+    def combine(self, old: Side, new: Side) -> list[Column]:
+        return [F.least(old(self._partial("min")), new(self._partial("min")))]
+
     def value(self) -> Column:
         return F.col(self._partial("min"))
 
@@ -190,6 +214,9 @@ class Max(_Typed):
 
     def merge(self) -> list[Column]:
         return [F.max(self._partial("max"))]
+
+    def combine(self, old: Side, new: Side) -> list[Column]:
+        return [F.greatest(old(self._partial("max")), new(self._partial("max")))]
 
     def value(self) -> Column:
         return F.col(self._partial("max"))
@@ -216,6 +243,9 @@ class Avg(Aggregation):
 
     def merge(self) -> list[Column]:
         return [F.sum(self._partial("sum")), F.sum(self._partial("n"))]
+
+    def combine(self, old: Side, new: Side) -> list[Column]:
+        return [_added(old(p), new(p)) for p in (self._partial("sum"), self._partial("n"))]
 
     def value_type(self) -> T.DataType:
         return T.DoubleType()
@@ -255,6 +285,10 @@ class ApproxDistinct(Aggregation):
 
     def merge(self) -> list[Column]:
         return [F.hll_union_agg(self._partial("hll"))]
+
+    def combine(self, old: Side, new: Side) -> list[Column]:
+        a, b = old(self._partial("hll")), new(self._partial("hll"))
+        return [F.when(a.isNull(), b).when(b.isNull(), a).otherwise(F.hll_union(a, b))]
 
     def value_type(self) -> T.DataType:
         return T.LongType()

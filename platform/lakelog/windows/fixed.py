@@ -6,21 +6,26 @@ per (window, group) in one pass (`partials`, which also finds the batch's event-
 whether any event is late or has no window), merges them with the stored partials of exactly
 those windows, and upserts the result; windows the batch has no events for are not touched,
 except to mark them final. Only a batch with late events reads its events a second time, to
-list them.
+list them. When the batch knows its events' span, the stored windows outside it (`reachable`)
+stay out of that merge: they come out as they are stored (`untouched`), only marked final.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
-    BATCH, END, START, T_US, aggregated, final_at, merged, partial_names,
+    BATCH, END, START, T_US, aggregated, final_at, partial_names, us,
 )
 from lakelog.windows.kinds import Fixed, Hopping, Tumbling
 from lakelog.windows.late import late_rows, window_closed
+from lakelog.windows.pruning import SLACK_US
+
+#: Prefixes the batch's partials in `step`'s join: no partial name (``_<letter>...``) starts so.
+_NEW = "__new"
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
@@ -89,31 +94,60 @@ def step(
         if agg.late == "drop":
             found = found.where(~final_at(F.col(START) + F.lit(window.size_us),
                                           watermark_before_us))
-    new = found.select(
-        START, *groups, *partial_names(agg), F.lit(None).cast("int").alias("revision"),
-        F.lit(None).cast("boolean").alias("is_final"), F.lit(None).cast("long").alias(BATCH),
-        F.lit(1).alias("_new"),
-    )
-    old = stored.select(
-        START, *groups, *partial_names(agg), "revision", "is_final", BATCH,
-        F.lit(0).alias("_new"),
-    )
-    # One grouping merges the touched windows and finds the stored ones the watermark passed.
-    combined = new.unionByName(old).groupBy(START, *groups).agg(
-        *merged(agg), F.max("revision").alias("_rev"), F.max("is_final").alias("_final"),
-        F.max(BATCH).alias(BATCH), F.max("_new").alias("_touched"),
-    )
+    # One row a window on each side: a full outer join on the window's key merges the touched
+    # windows row by row and keeps the stored ones beside them. (A grouping of the two sides'
+    # union made a per-group buffer for every stored row, twice: in Spark 4.2 each of those
+    # reads the session's settings anew.)
+    names = partial_names(agg)
+    new = found.select(START, *groups, *[F.col(p).alias(_NEW + p) for p in names],
+                       F.lit(True).alias("_touched"))
+    old = stored.select(START, *groups, *names, "revision", "is_final", BATCH)
+    combined = old.join(new, [START, *groups], "full")
     end = F.col(START) + F.lit(window.size_us)
-    was_final = F.coalesce(F.col("_final"), F.lit(False))
+    was_final = F.coalesce(F.col("is_final"), F.lit(False))
     now_final = final_at(end, watermark_after_us)
-    touched = F.col("_touched") == 1
+    touched = F.coalesce(F.col("_touched"), F.lit(False))
     changed = touched | (~was_final & now_final)
+    partials = [
+        column.cast(f.dataType).alias(f.name)
+        for a in agg.aggregates
+        for column, f in zip(a.combine(F.col, lambda p: F.col(_NEW + p)), a.partials())
+    ]
     rows = (combined if complete else combined.where(changed)).select(
-        *groups, START, end.alias(END), *partial_names(agg),
-        F.when(touched, F.coalesce(F.col("_rev") + 1, F.lit(1)))
-        .otherwise(F.col("_rev"))
+        *groups, START, end.alias(END), *partials,
+        F.when(touched, F.coalesce(F.col("revision") + 1, F.lit(1)))
+        .otherwise(F.col("revision"))
         .alias("revision"),
         (was_final | now_final).alias("is_final"),
         F.when(~changed, F.col(BATCH)).alias(BATCH),
     )
     return rows, late_out
+
+
+def reachable(window: Fixed, span_us: tuple[int, int] | None) -> Column:
+    """Whether an event of a batch whose events lie within `span_us` (None: no event has a
+    window) may fall into a stored window (a table row): ``window_start`` in
+    ``(lo - size, hi]``, widened as file pruning widens its bounds (`pruning.SLACK_US`). A row
+    without a start is counted as reachable, so the merge sees it as it always did."""
+    if span_us is None:
+        return F.lit(False)
+    start = us("window_start")
+    lo, hi = span_us[0] - window.size_us - SLACK_US, span_us[1] + SLACK_US
+    return F.coalesce((start > F.lit(lo)) & (start <= F.lit(hi)), F.lit(True))
+
+
+def untouched(
+    stored: DataFrame, *, watermark_after_us: int | None, batch: int, complete: bool,
+) -> DataFrame:
+    """Stored windows (table rows) no event of the batch falls into, as the batch writes them:
+    final once the watermark passed their end, their revision and values as stored, the
+    batch that made them final (else their own) as ``batch``. With `complete` all of them,
+    else only those the watermark made final in this batch (what `step` gives of them)."""
+    was_final = F.coalesce(F.col("is_final"), F.lit(False))
+    now_final = final_at(us("window_end"), watermark_after_us)
+    changed = ~was_final & now_final
+    rows = stored if complete else stored.where(changed)
+    return rows.withColumns({
+        "is_final": was_final | now_final,
+        "batch": F.coalesce(F.when(~changed, F.col("batch")), F.lit(batch)).cast("long"),
+    })

@@ -248,20 +248,27 @@ def apply_batch(
     late_parts = []
     if scanned.any_invalid:
         late_parts.append(late.invalid_rows(agg, normalized, watermark_us=before, batch=batch))
-    working = from_table(agg, stored)
     options = {"watermark_before_us": before, "watermark_after_us": after, "batch": batch}
     span = scanned.span_us if scanned.span_known else None
+    aside = None  # stored rows no event reaches, as written (tumbling and hopping windows)
     if isinstance(agg.window, Session):  # with the sessions the watermark closed
-        changed, late_rows = sessions.step(agg, working, valid, **options, span_us=span)
+        changed, late_rows = sessions.step(agg, from_table(agg, stored), valid, **options,
+                                           span_us=span)
     elif isinstance(agg.window, Sliding):  # with the rows the watermark closed
-        changed, late_rows = sliding.step(agg, working, valid, **options, span_us=span)
+        changed, late_rows = sliding.step(agg, from_table(agg, stored), valid, **options,
+                                          span_us=span)
     else:
         found = scanned.partials
         if found is None:
             found = fixed.partials(agg, normalized)
+        if scanned.span_known:
+            reach = fixed.reachable(agg.window, scanned.span_us)
+            aside = fixed.untouched(stored.where(~reach), watermark_after_us=after,
+                                    batch=batch, complete=complete)
+            stored = stored.where(reach)
         changed, late_rows = fixed.step(
-            agg, working, found, normalized if scanned.any_late else None, **options,
-            complete=complete,
+            agg, from_table(agg, stored), found, normalized if scanned.any_late else None,
+            **options, complete=complete,
         )
     if late_rows is not None and scanned.any_late:
         late_parts.append(late_rows)
@@ -274,7 +281,10 @@ def apply_batch(
         rows, deletes = sessions.cut(together, agg.keys)
         return Update(rows=rows, deletes=deletes, late=late_out,
                       may_have_late=bool(late_parts), together=together)
-    return Update(rows=finish(agg, changed, batch=batch), deletes=None, late=late_out,
+    rows = finish(agg, changed, batch=batch)
+    if aside is not None:
+        rows = rows.unionByName(aside)
+    return Update(rows=rows, deletes=None, late=late_out,
                   may_have_late=bool(late_parts),
                   complete=complete and isinstance(agg.window, (Tumbling, Hopping)))
 

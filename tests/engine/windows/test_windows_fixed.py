@@ -6,8 +6,9 @@ from datetime import timedelta
 
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
-from windows_helpers import at, by_key, events, local, public, stored, watermark
+from windows_helpers import at, by_key, events, local, public, stored, watermark, with_span
 
 from lakelog.windows import (
     ApproxDistinct,
@@ -25,6 +26,7 @@ from lakelog.windows import (
     batch_windows,
 )
 from lakelog.consumers.watermarks import to_us
+from lakelog.windows.frames import aggregated, merged, partial_names
 from lakelog.windows.schemas import window_schema
 from lakelog.windows.updates import known, scan
 
@@ -277,3 +279,71 @@ def test_a_late_record_corrects_a_final_window(spark):
         ("b", local(60)): (1, 1, True, 2),
         ("a", local(120)): (1, 1, False, 2),  # new
     }
+
+
+def test_two_rows_partials_combine_as_their_merge_does(spark):
+    """`combine` (a touched window's stored and new partials, row by row) gives what `merge`
+    (the aggregate over both rows) gives: for either side missing, for null partials, and
+    for an int sum, a boolean max and a distinct count with overlapping values."""
+    aggs = (*EVERYTHING, Sum("itotal", "i", dtype=T.IntegerType()),
+            Max("any", "flag", dtype=T.BooleanType()), Min("first", "word", dtype=T.StringType()))
+    agg = WindowedAggregate("w", ("t",), Tumbling(MINUTE), aggs)
+    rows = [  # (side, pair, x, user, i, flag, word)
+        ("old", 1, 2.0, "u", 3, False, "b"), ("new", 1, 5.0, "v", 4, True, "a"),
+        ("old", 2, None, "u", None, None, None), ("new", 2, 1.0, "u", 2, False, "c"),
+        ("new", 3, 7.0, "w", 1, True, "d"),  # stored side missing
+        ("old", 4, 3.0, "x", 9, False, "e"),  # new side missing
+        ("old", 5, None, None, None, None, None), ("new", 5, None, None, None, None, None),
+    ]
+    data = spark.createDataFrame(
+        rows, "side string, pair int, x double, user string, i int, flag boolean, word string")
+    inputs = data.select("side", "pair", *[a.input().alias(a.input_name) for a in aggs])
+    partials = inputs.groupBy("side", "pair").agg(*aggregated(agg))
+    names = partial_names(agg)
+    merged_rows = partials.groupBy("pair").agg(*merged(agg))
+    old = partials.where(F.col("side") == "old").select("pair", *names)
+    new = partials.where(F.col("side") == "new").select(
+        "pair", *[F.col(p).alias("n" + p) for p in names])
+    combined = old.join(new, "pair", "full").select("pair", *[
+        c.cast(f.dataType).alias(f.name) for a in aggs
+        for c, f in zip(a.combine(F.col, lambda p: F.col("n" + p)), a.partials())])
+    values = [a.value().alias(a.name) for a in aggs]
+    assertDataFrameEqual(combined.select("pair", *values), merged_rows.select("pair", *values))
+    assert combined.count() == 5
+
+
+@pytest.mark.parametrize("complete", [True, False])
+@pytest.mark.parametrize("span", ["scan", "wide", None])
+def test_stored_windows_no_event_reaches_come_out_as_stored_final_once_due(spark, span, complete):
+    """Stored windows far from the batch's events, before and after their span, stay out of
+    the merge when the span is known: a due one comes out final with its revision and this
+    batch, a final one and an open one as stored (only with `complete`, which rewrites whole
+    files); the touched and new windows as the merge makes them. The same whether the span is
+    the batch's own, a wider one, or not known."""
+    agg = WindowedAggregate("w", ("t",), Tumbling(MINUTE), (Count("n"), Sum("total", "x")),
+                            group_by=("g",))
+    table = stored(spark, agg, [
+        {"g": "a", "start": 0, "end": 60, "n": 4, "total": 8.0, "is_final": False,
+         "revision": 2},  # due: the watermark passes its end
+        {"g": "a", "start": 60, "end": 120, "n": 1, "total": 1.0, "is_final": True,
+         "revision": 3},
+        {"g": "a", "start": 600, "end": 660, "n": 2, "total": 5.0, "is_final": False,
+         "revision": 1},  # an event falls into it
+        {"g": "a", "start": 1200, "end": 1260, "n": 7, "total": 7.0, "is_final": False,
+         "revision": 1},  # after the events: stays open
+    ])
+    batch = events(spark, [("e1", 610, "a", 1.0, "u"), ("e2", 700, "a", 2.0, "u")])
+    update = apply_batch(
+        agg, table, with_span(agg, batch, span, lo=610, hi=700, watermark_before=at(30)),
+        watermark_before=at(30), watermark_after=at(650), batch=5, complete=complete,
+    )
+    got = {k: (r["n"], r["total"], r["revision"], r["is_final"], r["batch"])
+           for k, r in by_key(update.rows, "window_start").items()}
+    unchanged = {(local(60),): (1, 1.0, 3, True, 0), (local(1200),): (7, 7.0, 1, False, 0)}
+    assert got == {
+        (local(0),): (4, 8.0, 2, True, 5),
+        (local(600),): (3, 6.0, 2, False, 5),
+        (local(660),): (1, 2.0, 1, False, 5),
+        **(unchanged if complete else {}),
+    }
+    assert update.rows.count() == len(got)
