@@ -119,8 +119,11 @@ def write_output(
             raise ConfigError(f"output {output.path} is merge-on-read: it takes new versions "
                               "of rows, not deletes or files to replace")
         if collected is not None:
-            lake.write_table(snapshot, driver_write.conformed(snapshot, *collected), txns=txns,
-                             metadata=metadata, max_records_per_file=output.rows_per_file)
+            rows = driver_write.conformed(snapshot, *collected)
+            if output.rows_per_file:  # `_versions` left a collected write's order to it
+                rows = driver_write.sorted_rows(rows, output.keys)
+            lake.write_table(snapshot, rows, txns=txns, metadata=metadata,
+                             max_records_per_file=output.rows_per_file)
         else:
             lake.write(snapshot, _versions(output, changes.rows, hint), txns=txns,
                        metadata=metadata, max_records_per_file=output.rows_per_file,
