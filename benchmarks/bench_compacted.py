@@ -43,7 +43,7 @@ from lakelog.cdc.compacted import CompactedTable
 from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
 from lakelog.lake.squash import squash
-from lakelog.lake.upsert import clustered, read_keys
+from lakelog.lake.upsert import write_clustered, read_keys
 from lakelog.log import ingest
 from lakelog.spark.session import create_session
 
@@ -98,7 +98,8 @@ def build(spark: SparkSession, lake: EmbeddedLake, table: CompactedTable, keys: 
     lake.create_table(table.path, table.output.schema,
                       properties=None if merge is None else merge.properties())
     snapshot = lake.snapshot(table.path)
-    lake.write(snapshot, clustered(rows, table.key, table.rows_per_file, keys))
+    write_clustered(lake, snapshot, rows, keys=table.key, rows_per_file=table.rows_per_file,
+                    rows=keys)
     return time.perf_counter() - start
 
 

@@ -30,7 +30,7 @@ from lakelog.consumers import BatchInput, Output, Role
 from lakelog.lake import Lake
 from lakelog.lake.merge_on_read import merge_keys, overlap_groups
 from lakelog.lake.squash import SquashResult, squash
-from lakelog.lake.upsert import clustered
+from lakelog.lake.upsert import write_clustered
 
 @dataclass(frozen=True)
 class CompactedTable(ChangelogTable):
@@ -92,11 +92,10 @@ def purge_tombstones(lake: Lake, table: CompactedTable, *, now: datetime) -> int
     counts = rows.agg(F.count("*").alias("all"), F.count(F.when(expired, 1)).alias("gone")).first()
     if not counts["gone"]:
         return 0
-    kept = clustered(rows.where(~expired), table.key, table.rows_per_file,
-                     counts["all"] - counts["gone"])
-    lake.write(snapshot, kept, remove=files, max_records_per_file=table.rows_per_file,
-               metadata={"lakelog.purge_tombstones": {"removed": counts["gone"],
-                                                      "cutoff": cutoff.isoformat()}})
+    write_clustered(lake, snapshot, rows.where(~expired), keys=table.key,
+                    rows_per_file=table.rows_per_file, rows=counts["all"] - counts["gone"],
+                    remove=files, metadata={"lakelog.purge_tombstones": {
+                        "removed": counts["gone"], "cutoff": cutoff.isoformat()}})
     return counts["gone"]
 
 

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 from lakelog.consumers.consumer import Changes, Output
 from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, Lake, Snapshot, driver_write
-from lakelog.lake.upsert import clustered, held_rows, rewrite, upsert
+from lakelog.lake.upsert import held_rows, rewrite, upsert, write_clustered
 
 
 def collected(
@@ -59,7 +59,7 @@ def held_frame(
     snapshot: Snapshot, output: Output, df: DataFrame | Changes | None, *, records: int,
 ) -> tuple[DataFrame, int] | None:
     """The frame `write_output` collects to write `df` here, and about how many rows it has: a
-    small append's rows, a small merge-on-read append's (clustered as it is written), or what
+    small append's rows, a small merge-on-read append's, or what
     an upsert merged here collects (`lakelog.lake.upsert.held_rows`); None for a write by
     Spark, a rewrite of files (`Changes.replace`), or a write `write_output` refuses.
 
@@ -76,7 +76,7 @@ def held_frame(
     if output.merge_on_read:
         if changes.deletes is not None or changes.files is not None:
             return None
-        frame = _versions(output, changes.rows, hint)
+        frame = changes.rows  # sorted by key once collected, with `rows_per_file`
     elif output.keys:
         frame = held_rows(snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
                           deletes=changes.deletes, candidates=changes.files, rows_hint=hint)
@@ -119,15 +119,13 @@ def write_output(
             raise ConfigError(f"output {output.path} is merge-on-read: it takes new versions "
                               "of rows, not deletes or files to replace")
         if collected is not None:
-            rows = driver_write.conformed(snapshot, *collected)
-            if output.rows_per_file:  # `_versions` left a collected write's order to it
-                rows = driver_write.sorted_rows(rows, output.keys)
-            lake.write_table(snapshot, rows, txns=txns, metadata=metadata,
-                             max_records_per_file=output.rows_per_file)
-        else:
-            lake.write(snapshot, _versions(output, changes.rows, hint), txns=txns,
-                       metadata=metadata, max_records_per_file=output.rows_per_file,
-                       rows_hint=hint, sort_by=output.keys if output.rows_per_file else ())
+            lake.write_table(snapshot, driver_write.conformed(snapshot, *collected), txns=txns,
+                             metadata=metadata, max_records_per_file=output.rows_per_file,
+                             sort_by=output.keys if output.rows_per_file else ())
+        else:  # at most one row per record, usually one file
+            write_clustered(lake, snapshot, changes.rows, keys=output.keys,
+                            rows_per_file=output.rows_per_file, rows=hint, rows_hint=hint,
+                            txns=txns, metadata=metadata)
     elif output.keys:
         upsert(
             lake, snapshot, changes.rows, keys=output.keys, newer_by=output.newer_by,
@@ -142,14 +140,6 @@ def write_output(
                          metadata=metadata)
     else:
         lake.write(snapshot, changes.rows, txns=txns, metadata=metadata, rows_hint=hint)
-
-
-def _versions(output: Output, rows: DataFrame, hint: int) -> DataFrame:
-    """A merge-on-read output's new versions as written: at most one row per record, usually
-    one file, sorted by key with `rows_per_file`."""
-    if not output.rows_per_file:
-        return rows
-    return clustered(rows, output.keys, output.rows_per_file, hint, rows_hint=hint)
 
 
 def _changes(df: DataFrame | Changes, records: int) -> tuple[Changes, int]:

@@ -176,7 +176,7 @@ class Lake(Protocol):
         an engine write few rows without a write job of their own. `sort_by`: the files hold
         the rows in this order (ascending) when the engine collects them to write
         them itself; a write by Spark keeps `df`'s order, which the caller chose
-        (`lakelog.lake.upsert.clustered`).
+        (`lakelog.lake.upsert.write_clustered`).
         """
 
     def read_arrow(
@@ -201,10 +201,11 @@ class Lake(Protocol):
         txns: Sequence[AppTxn] = (),
         metadata: CommitMetadata | None = None,
         max_records_per_file: int | None = None,
+        sort_by: Sequence[str] = (),
     ) -> int:
         """`write` for rows already in this process, in the table's schema: added, and `remove`
         removed, in one commit; files of at most `max_records_per_file` rows in `table`'s
-        order."""
+        order, sorted by `sort_by` (ascending) first."""
 
     def write_rows(
         self,

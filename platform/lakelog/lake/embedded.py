@@ -237,7 +237,10 @@ class EmbeddedLake:
         txns: Sequence[AppTxn] = (),
         metadata: CommitMetadata | None = None,
         max_records_per_file: int | None = None,
+        sort_by: Sequence[str] = (),
     ) -> int:
+        if sort_by:
+            table = driver_write.sorted_rows(table, sort_by)
         return self._write_held(snapshot, table, remove, txns, metadata, max_records_per_file)
 
     def write_rows(

@@ -101,10 +101,9 @@ def merge(
     if newer_by is not None and rows.num_rows and stored.num_rows:
         rows = rows.take(_newer(rows, stored, keys, newer_by))
     merged = pa.concat_tables([stored.take(_unmatched(stored, rows.select(keys), keys)), rows])
-    if rows_per_file:
-        merged = merged.sort_by([(k, "ascending") for k in keys])
     return lake.write_table(snapshot, merged, remove=candidates, txns=txns, metadata=metadata,
-                            max_records_per_file=rows_per_file)
+                            max_records_per_file=rows_per_file,
+                            sort_by=keys if rows_per_file else ())
 
 
 def collected_frame(

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from lakelog.errors import ConfigError
 from lakelog.lake import Lake
 from lakelog.lake.merge_on_read import COPY_ON_WRITE, MergeKeys, merge_keys, overlap_groups
-from lakelog.lake.upsert import clustered
+from lakelog.lake.upsert import write_clustered
 
 #: Rows per file of a squash that was given none.
 ROWS_PER_FILE = 250_000
@@ -78,11 +78,11 @@ def squash(
         dropped = lake.read(snapshot, files=squashed,
                             keys=keys.select(*merge.keys).distinct()).where(doomed).count()
         rows = rows.where(~doomed)
-    rows = clustered(rows, merge.keys, rows_per_file or ROWS_PER_FILE, versions - dropped)
-    version = lake.write(snapshot, rows, remove=squashed,
-                         max_records_per_file=rows_per_file or ROWS_PER_FILE, metadata={
-        "lakelog.squash": {"files": len(squashed), "versions": versions, "dropped": dropped},
-    })
+    version = write_clustered(
+        lake, snapshot, rows, keys=merge.keys, rows_per_file=rows_per_file or ROWS_PER_FILE,
+        rows=versions - dropped, remove=squashed, metadata={
+            "lakelog.squash": {"files": len(squashed), "versions": versions, "dropped": dropped},
+        })
     before = {f.path for f in files}
     written = sum(f.num_records for f in lake.snapshot(path, version).files()
                   if f.path not in before)

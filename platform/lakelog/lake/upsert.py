@@ -71,27 +71,39 @@ def read_keys(lake: Lake, snapshot: Snapshot, rows: DataFrame, keys: Sequence[st
                      keys=rows.select(*keys).distinct(), key_columns=keys)
 
 
-def clustered(
-    df: DataFrame, keys: Sequence[str], rows_per_file: int, rows: int, *,
+def write_clustered(
+    lake: Lake,
+    snapshot: Snapshot,
+    df: DataFrame,
+    *,
+    keys: Sequence[str],
+    rows_per_file: int | None,
+    rows: int,
     rows_hint: int | None = None,
-) -> DataFrame:
-    """`df` (about `rows` rows) sorted by the key, in key ranges of about `rows_per_file` rows,
-    for a write with ``max_records_per_file=rows_per_file`` and ``sort_by=keys`` (`Lake.write`).
+    remove: Sequence[DataFile] = (),
+    txns: Sequence[AppTxn] = (),
+    metadata: Mapping[str, Any] | None = None,
+) -> int:
+    """Write `df` (about `rows` rows) and commit it with `remove`: with `rows_per_file`, sorted
+    by the key in files of key ranges of at most `rows_per_file` rows, however the engine
+    writes it; else as it is. `rows_hint`: the one the write is given (`Lake.write`).
 
-    A Spark write cuts each task's sorted rows into files of at most `rows_per_file`: `rows`
-    may be an estimate, even a low one, since it only chooses how many tasks share the work
-    (one, without a shuffle, for few rows). `rows_hint`: the one the write is given. When that
-    write collects the rows and writes them here (`driver_write.is_small_write`), `df` is left
-    as it is: the collected rows are sorted here (`sort_by`) and cut into files, so neither a
-    range partitioning (a sampling job of its own) nor one task for the whole last stage of
-    `df`'s plan is needed.
+    A Spark write cuts each task's sorted rows into files: `df` is sorted within key ranges
+    first, `rows` (an estimate, even a low one) choosing how many tasks share the work (one,
+    without a shuffle, for few rows). A write that collects the rows and writes them here
+    (`driver_write.is_small_write`) gets `df` as it is and sorts the rows it collects
+    (`sort_by`), so neither a range partitioning (a sampling job of its own) nor one task for
+    the whole last stage of `df`'s plan is needed.
     """
-    if driver_write.is_small_write(rows_hint):
-        return df
-    files = max(1, math.ceil(rows / rows_per_file))
-    spread = df.coalesce(1) if files == 1 else df.repartitionByRange(files, *keys)
-    return spread.sortWithinPartitions(*keys)
-
+    if not rows_per_file:
+        return lake.write(snapshot, df, remove=remove, txns=txns, metadata=metadata,
+                          rows_hint=rows_hint)
+    if not driver_write.is_small_write(rows_hint):
+        files = max(1, math.ceil(rows / rows_per_file))
+        spread = df.coalesce(1) if files == 1 else df.repartitionByRange(files, *keys)
+        df = spread.sortWithinPartitions(*keys)
+    return lake.write(snapshot, df, remove=remove, txns=txns, metadata=metadata,
+                      max_records_per_file=rows_per_file, rows_hint=rows_hint, sort_by=keys)
 
 
 def upsert(
@@ -185,13 +197,11 @@ def _merge(
     merged = kept.unionByName(winners)
     estimate = sum(f.num_records for f in candidates) + (rows or 0)
     hint = None if rows is None else estimate
-    if rows_per_file:
-        merged = clustered(merged, keys, rows_per_file, estimate, rows_hint=hint)
-    elif small and not driver_write.is_small_write(hint):
+    if not rows_per_file and small and not driver_write.is_small_write(hint):
         merged = merged.coalesce(1)  # it stays one file, which the next upsert reads whole
-    return lake.write(snapshot, merged, remove=candidates, txns=txns, metadata=metadata,
-                      max_records_per_file=rows_per_file, rows_hint=hint,
-                      sort_by=keys if rows_per_file else ())
+    return write_clustered(lake, snapshot, merged, keys=keys, rows_per_file=rows_per_file,
+                           rows=estimate, rows_hint=hint, remove=candidates, txns=txns,
+                           metadata=metadata)
 
 
 def rewrite(
@@ -209,9 +219,7 @@ def rewrite(
     """Replace `files` by `rows`, their complete new content, in one commit (clustered by key
     range with `rows_per_file`; `rows_hint` about how many rows there are, else the files'
     count of rows)."""
-    if rows_per_file:
-        estimate = sum(f.num_records for f in files) if rows_hint is None else rows_hint
-        rows = clustered(rows, keys, rows_per_file, estimate, rows_hint=rows_hint)
-    return lake.write(snapshot, rows, remove=files, txns=txns, metadata=metadata,
-                      max_records_per_file=rows_per_file, rows_hint=rows_hint,
-                      sort_by=keys if rows_per_file else ())
+    estimate = sum(f.num_records for f in files) if rows_hint is None else rows_hint
+    return write_clustered(lake, snapshot, rows, keys=keys, rows_per_file=rows_per_file,
+                           rows=estimate, rows_hint=rows_hint, remove=files, txns=txns,
+                           metadata=metadata)

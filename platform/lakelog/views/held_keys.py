@@ -103,8 +103,8 @@ def replace(
     gone = set(_key_tuples(touched.cast(pa.schema([schema.field(k) for k in keys]))))
     kept = np.array([key not in gone for key in _key_tuples(stored.select(keys))], dtype=bool)
     merged = pa.concat_tables([stored.filter(pa.array(kept, pa.bool_())), recomputed])
-    return lake.write_table(output, merged.sort_by([(c, "ascending") for c in order]),
-                            remove=candidates, txns=txns, metadata=metadata)
+    return lake.write_table(output, merged, remove=candidates, txns=txns, metadata=metadata,
+                            sort_by=order)
 
 
 def candidate_files(output: Snapshot, touched: pa.Table, first: str) -> list[DataFile]:

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
-    BATCH, END, START, T_US, aggregated, final_at, partial_names, us,
+    BATCH, END, START, T_US, aggregated, closing, final_at, partial_names, us,
 )
 from lakelog.windows.kinds import Fixed, Hopping, Tumbling
 from lakelog.windows.late import late_rows, window_closed
@@ -104,10 +104,9 @@ def step(
     old = stored.select(START, *groups, *names, "revision", "is_final", BATCH)
     combined = old.join(new, [START, *groups], "full")
     end = F.col(START) + F.lit(window.size_us)
-    was_final = F.coalesce(F.col("is_final"), F.lit(False))
-    now_final = final_at(end, watermark_after_us)
+    is_final, closes = closing(F.col("is_final"), end, watermark_after_us)
     touched = F.coalesce(F.col("_touched"), F.lit(False))
-    changed = touched | (~was_final & now_final)
+    changed = touched | closes
     partials = [
         column.cast(f.dataType).alias(f.name)
         for a in agg.aggregates
@@ -118,7 +117,7 @@ def step(
         F.when(touched, F.coalesce(F.col("revision") + 1, F.lit(1)))
         .otherwise(F.col("revision"))
         .alias("revision"),
-        (was_final | now_final).alias("is_final"),
+        is_final.alias("is_final"),
         F.when(~changed, F.col(BATCH)).alias(BATCH),
     )
     return rows, late_out
@@ -143,11 +142,9 @@ def untouched(
     final once the watermark passed their end, their revision and values as stored, the
     batch that made them final (else their own) as ``batch``. With `complete` all of them,
     else only those the watermark made final in this batch (what `step` gives of them)."""
-    was_final = F.coalesce(F.col("is_final"), F.lit(False))
-    now_final = final_at(us("window_end"), watermark_after_us)
-    changed = ~was_final & now_final
-    rows = stored if complete else stored.where(changed)
+    is_final, closes = closing(F.col("is_final"), us("window_end"), watermark_after_us)
+    rows = stored if complete else stored.where(closes)
     return rows.withColumns({
-        "is_final": was_final | now_final,
-        "batch": F.coalesce(F.when(~changed, F.col("batch")), F.lit(batch)).cast("long"),
+        "is_final": is_final,
+        "batch": F.coalesce(F.when(~closes, F.col("batch")), F.lit(batch)).cast("long"),
     })

@@ -155,6 +155,14 @@ def final_at(end: Column, watermark_us: int | None) -> Column:
     return end <= F.lit(watermark_us)
 
 
+def closing(is_final: Column, end: Column, watermark_after_us: int | None) -> tuple[Column, Column]:
+    """(final after the batch, made final by the batch) for a window stored with `is_final`
+    (null: not stored) that ends at `end`, under the watermark after the batch."""
+    was_final = F.coalesce(is_final, F.lit(False))
+    now_final = final_at(end, watermark_after_us)
+    return was_final | now_final, ~was_final & now_final
+
+
 def finish(
     agg: WindowedAggregate, windows: DataFrame, *, batch: int, extra: Sequence[str] = ()
 ) -> DataFrame:

@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
-    END, START, T_US, aggregated, final_at, input_names, merged, partial_names, per_group,
+    END, START, T_US, aggregated, closing, input_names, merged, partial_names, per_group,
 )
 from lakelog.windows.kinds import Session
 from lakelog.windows.late import before_watermark, late_rows
@@ -149,8 +149,9 @@ def step(
         .select(*session, "_side.*").groupBy(*session).agg(*merged(agg))
     # (Stored sessions do not overlap; if two did, they merge here like any others.)
     changed = (F.col("_events") > 0) | (F.size("_starts") > 1)
-    was_final = F.coalesce(F.col("_final"), F.lit(False))
-    closes = F.lit(False) if due is None else ~was_final & final_at(F.col(END), after)
+    is_final, closes = closing(F.col("_final"), F.col(END), watermark_after_us)
+    if due is None:  # the watermark did not move: no stored session closes
+        closes = F.lit(False)
     entry = F.struct(F.col(START).alias("start"), F.lit(False).alias("gone"))
     absorbed = F.transform(
         "_starts", lambda s: F.struct(s.alias("start"), F.lit(True).alias("gone")))
@@ -159,7 +160,7 @@ def step(
         *groups, END, *partials,
         F.when(changed, F.coalesce(F.col("_rev") + 1, F.lit(1))).otherwise(F.col("_rev"))
         .alias("revision"),
-        (was_final | final_at(F.col(END), watermark_after_us)).alias("is_final"),
+        is_final.alias("is_final"),
         F.explode(entries).alias("_entry"),
     ).select(
         *groups, F.col("_entry.start").alias(START), END, *partials, "revision", "is_final",

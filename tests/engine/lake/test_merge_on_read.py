@@ -10,7 +10,7 @@ from lakelog.consumers import Output
 from lakelog.errors import ChangesUnavailableError, ConfigError
 from lakelog.lake.merge_on_read import MergeKeys, merge_keys
 from lakelog.lake.squash import ensure_layout, squash
-from lakelog.lake.upsert import clustered, read_keys, upsert
+from lakelog.lake.upsert import read_keys, upsert, write_clustered
 
 SCHEMA = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.StringType()),
                        T.StructField("pos", T.LongType())])
@@ -24,8 +24,8 @@ def table(lake, path="t"):
 
 def append(spark, lake, path, rows):
     """One microbatch: its rows as one file, sorted by key (as a merge-on-read output writes)."""
-    df = clustered(spark.createDataFrame(rows, SCHEMA), ("k",), 1000, len(rows))
-    return lake.write(lake.snapshot(path), df)
+    return write_clustered(lake, lake.snapshot(path), spark.createDataFrame(rows, SCHEMA),
+                           keys=("k",), rows_per_file=1000, rows=len(rows))
 
 
 def current(lake, path, **read):
