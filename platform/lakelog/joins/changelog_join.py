@@ -126,22 +126,21 @@ class ChangelogJoin:
         stored = batch.current(self.state).withColumn("_group", _group())
         incoming = self._latest(batch, "left").unionByName(self._latest(batch, "right"))
         winners = incoming.join(
-            stored.select(*STATE_KEY, F.col("_position").alias("_stored")), list(STATE_KEY),
-            "left",
+            stored.select(*STATE_KEY, F.col("_position").alias("_stored"),
+                          F.col("_group").alias("_was")),
+            list(STATE_KEY), "left",
         ).where(F.col("_stored").isNull() | (F.col("_position") > F.col("_stored")))
         # Computed once, each a few rows: every output below is cut from these two (kept until
-        # the batch's writes are done: `BatchInput.cached`).
+        # the batch's writes are done: `BatchInput.cached`). `_was` is the join group of the
+        # stored row a winner replaces.
         winners = batch.cached(winners.drop("_stored").withColumn("_group", _group()))
-        replaced = stored.join(winners.select(*STATE_KEY), list(STATE_KEY), "left_semi")
-        touched = winners.select("_group").unionByName(replaced.select("_group"))
-        before = batch.cached(stored.join(touched.distinct(), "_group", "left_semi"))
-        after = before.join(winners.select(*STATE_KEY), list(STATE_KEY), "left_anti").unionByName(
-            winners
-        )
+        before = batch.cached(_touched(stored, winners, _records(batch)))
+        after = before.where(~F.col("_replaced")).drop("_replaced").unionByName(
+            winners.drop("_was"))
         return {
             self.output.path: Changes(self.joined(after, batch=batch.batch),
                                       deletes=self.joined(before, batch=batch.batch)),
-            self.state.path: winners.drop("_group"),
+            self.state.path: winners.drop("_group", "_was"),
         }
 
     def _latest(self, batch: BatchInput, which: Which) -> DataFrame:
@@ -178,6 +177,32 @@ class ChangelogJoin:
             *[F.col("right")[c].alias(n) for n, c in self.right_columns],
             F.lit(batch).cast("long").alias("batch"),
         )
+
+
+#: The most records of a batch whose winners are broadcast to find the stored rows they touch:
+#: one scan of the state, where a join shuffles the state and each side of the winners in a
+#: Spark job of its own. A larger batch (or one of unknown size) joins them so.
+BROADCAST_WINNERS = 10_000
+
+
+def _records(batch: BatchInput) -> int | None:
+    """How many records the batch has, when every topic's statistics say (else None)."""
+    stats = [batch.stats.get(topic) for topic in batch.records]
+    return None if any(s is None for s in stats) else sum(s.records for s in stats)
+
+
+def _touched(stored: DataFrame, winners: DataFrame, records: int | None) -> DataFrame:
+    """The stored rows of the join groups `winners` touch (theirs, and those of the rows they
+    replace), each with ``_replaced``: whether a winner replaces it. The winners of a batch of
+    at most `BROADCAST_WINNERS` `records` (as many winners at most) are broadcast."""
+    touched = winners.select("_group").unionByName(
+        winners.where(F.col("_was").isNotNull()).select(F.col("_was").alias("_group")))
+    replaced = winners.select(*STATE_KEY, F.lit(True).alias("_replaced"))  # one row a key
+    if records is not None and records <= BROADCAST_WINNERS:
+        touched, replaced = F.broadcast(touched), F.broadcast(replaced)
+    return stored.join(touched, "_group", "left_semi").join(
+        replaced, list(STATE_KEY), "left",
+    ).withColumn("_replaced", F.coalesce(F.col("_replaced"), F.lit(False)))
 
 
 def _group() -> Column:

@@ -15,7 +15,7 @@ from lakelog import consumers
 from lakelog.cdc.changelog import changelog_topic
 from lakelog.cdc.compacted import CompactedTable
 from lakelog.errors import ConfigError
-from lakelog.joins import ChangelogJoin
+from lakelog.joins import ChangelogJoin, changelog_join
 from lakelog.log import ingest
 from lakelog.spark.session import over_connect
 
@@ -127,11 +127,28 @@ def test_updates_that_move_rows_deletes_and_stale_changes(lake, spark, now):
     assert len({r["_row"] for r in rows}) == 3
 
 
-@pytest.mark.parametrize("how,seed", [("inner", 1), ("left", 2), ("right", 3), ("full", 4)])
-def test_incremental_equals_a_batch_join_of_the_current_rows(lake, spark, now, how, seed):
+@pytest.mark.parametrize("how,seed,broadcast", [
+    ("inner", 1, True), ("left", 2, True), ("right", 3, True), ("full", 4, True),
+    ("left", 2, False), ("full", 4, False),
+])
+def test_incremental_equals_a_batch_join_of_the_current_rows(
+    lake, spark, now, how, seed, broadcast, monkeypatch,
+):
     """Random creates, updates that move accounts between owners (or to none), deletes and
     re-creates, delivered shuffled, partly twice, in random batches: after every batch the
-    output is the join of each key's newest row among the changes delivered so far."""
+    output is the join of each key's newest row among the changes delivered so far. The
+    stored rows a batch touches are found with its winners broadcast (`broadcast`: these small
+    batches always are) or, as for a large batch, by a join that shuffles them."""
+    found_by = []
+    touched = changelog_join._touched
+
+    def spied(stored, winners, records):
+        found_by.append(records is not None and records <= changelog_join.BROADCAST_WINNERS)
+        return touched(stored, winners, records)
+
+    monkeypatch.setattr(changelog_join, "_touched", spied)
+    if not broadcast:
+        monkeypatch.setattr(changelog_join, "BROADCAST_WINNERS", -1)
     rng = random.Random(seed)
     changes, seq = [], {ACCOUNTS.name: 0, OWNERS.name: 0}
     for _ in range(24):
@@ -160,6 +177,7 @@ def test_incremental_equals_a_batch_join_of_the_current_rows(lake, spark, now, h
         live = {n: {k: row for (name, k), (op, row, _) in delivered.items()
                     if name == n and op != "d"} for n in (ACCOUNTS.name, OWNERS.name)}
         assert output(lake, join) == batch_join(live[ACCOUNTS.name], live[OWNERS.name], how)
+    assert found_by and set(found_by) == {broadcast}
 
 
 def test_declaration_errors():
