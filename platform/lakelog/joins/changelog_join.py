@@ -15,8 +15,10 @@ consumer ``join.<name>`` reads both changelog topics (``cdc.<table>``) and write
 
 A microbatch, step by step:
 
-1. per side and key, the batch's latest change replaces the stored row if its position is newer;
-2. the join values it touches are those of these winners and of the rows they replace;
+1. per side and key, the batch's latest change replaces the stored row if its position is newer
+   (a join with the state, which also gives the join value of the row each winner replaces);
+2. the join values it touches are those of these winners and of the rows they replace, whose
+   state rows a second scan of the state finds (with the winners broadcast for a small batch);
 3. the state rows of the touched join values are joined twice, before and after the winners
    replace theirs: in one commit the first join's rows are deleted and the second's written,
    then the state in a commit of its own. The state is committed last, so a retry after a
@@ -26,7 +28,7 @@ The output therefore equals a batch join of the two compacted tables after every
 property test checks it after random changes, key moves, duplicates and reorderings).
 A row whose join value has a null column matches nothing (SQL's equality); in an outer join it
 appears unmatched, else it is only kept in the state, where a later update can give it a value.
-A batch reads the state once (both tables' current rows); the output rows it rewrites are those
+A batch reads the state twice (both tables' current rows); the output rows it rewrites are those
 of the touched join values.
 """
 
