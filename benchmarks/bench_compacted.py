@@ -43,7 +43,7 @@ from lakelog.cdc.compacted import CompactedTable
 from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
 from lakelog.lake.squash import squash
-from lakelog.lake.upsert import write_clustered, read_keys
+from lakelog.lake.upsert import read_keys, write_clustered
 from lakelog.log import ingest
 from lakelog.spark.session import create_session
 

@@ -47,6 +47,7 @@ from lakelog.cdc.compacted import latest_rows
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
 from lakelog.joins.side import check_choice, check_columns, check_name
+from lakelog.log.offsets import RangeStats
 
 How = Literal["inner", "left", "right", "full"]
 Which = Literal["left", "right"]
@@ -136,7 +137,8 @@ class ChangelogJoin:
         # the batch's writes are done: `BatchInput.cached`). `_was` is the join group of the
         # stored row a winner replaces.
         winners = batch.cached(winners.drop("_stored").withColumn("_group", _group()))
-        before = batch.cached(_touched(stored, winners, _records(batch)))
+        stats = RangeStats.combined(batch.stats.values())  # None: a topic's are not known
+        before = batch.cached(_touched(stored, winners, stats and stats.records))
         after = before.where(~F.col("_replaced")).drop("_replaced").unionByName(
             winners.drop("_was"))
         return {
@@ -187,16 +189,11 @@ class ChangelogJoin:
 BROADCAST_WINNERS = 10_000
 
 
-def _records(batch: BatchInput) -> int | None:
-    """How many records the batch has, when every topic's statistics say (else None)."""
-    stats = [batch.stats.get(topic) for topic in batch.records]
-    return None if any(s is None for s in stats) else sum(s.records for s in stats)
-
-
 def _touched(stored: DataFrame, winners: DataFrame, records: int | None) -> DataFrame:
     """The stored rows of the join groups `winners` touch (theirs, and those of the rows they
     replace), each with ``_replaced``: whether a winner replaces it. The winners of a batch of
-    at most `BROADCAST_WINNERS` `records` (as many winners at most) are broadcast."""
+    at most `BROADCAST_WINNERS` `records` (as many winners at most; None: not known) are
+    broadcast."""
     touched = winners.select("_group").unionByName(
         winners.where(F.col("_was").isNotNull()).select(F.col("_was").alias("_group")))
     replaced = winners.select(*STATE_KEY, F.lit(True).alias("_replaced"))  # one row a key
