@@ -12,9 +12,8 @@ version's load is reused only while its commit file is the very file it was load
 same inode, modification time and size), so a table deleted and created again at the same path
 is loaded anew; and only while the log's last checkpoint is the one it was loaded after, since
 a load reads some of the log only when asked (the application transactions), and the log files
-before a new checkpoint may be gone (`Lake.forget_history`, delta-rs's log clean-up). Anything
-unexpected in the log (no commit file where one should be, no readable ``_last_checkpoint``)
-leaves the load to delta-rs, as an object store's lake always does.
+before a new checkpoint may be gone (`Lake.forget_history`, delta-rs's log clean-up). Anything unexpected in the log (no commit file where one should be, no readable
+``_last_checkpoint``) leaves the load to delta-rs, as an object store's lake always does.
 """
 
 from __future__ import annotations
