@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Output
 from lakelog.demo import oltp
-from lakelog.lake import EmbeddedLake, loaded_tables
+from lakelog.lake import EmbeddedLake
 from lakelog.log.topics import EventTime, Topic
 
 BASE = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
@@ -32,10 +32,8 @@ SCHEMA = T.StructType(
 
 def table_loads(monkeypatch) -> list[str]:
     """The paths of the Delta tables the embedded lake loads from now on (a few ms each), in
-    order: a list the caller may clear between the steps it counts. Versions loaded before are
-    not shared meanwhile (`loaded_tables`): each snapshot the code takes is counted."""
+    order: a list the caller may clear between the steps it counts."""
     loads: list[str] = []
-    monkeypatch.setattr(loaded_tables, "VERSIONS", 0)
     load = EmbeddedLake._delta
 
     def counted(self, path, version=None):

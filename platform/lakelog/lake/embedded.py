@@ -29,9 +29,7 @@ from pyspark.sql.types import StructType
 
 from lakelog.errors import ChangesUnavailableError, SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
-from lakelog.lake import (
-    change_feed, data_files, delta_commit, driver_write, forgetting, held_read, loaded_tables,
-)
+from lakelog.lake import change_feed, data_files, delta_commit, driver_write, forgetting, held_read
 from lakelog.lake.changes import log_actions
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
@@ -63,8 +61,6 @@ class EmbeddedLake:
         self._spark = spark
         self._spark_ready = False
         self._files: dict[str, tuple[int, list[DataFile]]] = {}  # latest listed version per table
-        # A local lake's snapshots reuse the versions loaded before (`loaded_tables`).
-        self._local = "://" not in root
         if "://" in root:
             self.root = root.rstrip("/")
             self.fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
@@ -151,12 +147,7 @@ class EmbeddedLake:
         )
 
     def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
-        def load(at: int | None) -> DeltaTable:
-            return self._delta(path, at)
-
-        table = (loaded_tables.SHARED.table(self.fs_path(path), version, load) if self._local
-                 else load(version))
-        return DeltaSnapshot(path, table, self._files)
+        return DeltaSnapshot(path, self._delta(path, version), self._files)
 
     def read(
         self,
