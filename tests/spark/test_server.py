@@ -137,22 +137,26 @@ def test_a_server_that_cannot_bind_is_a_clear_error_with_its_log(server_env):
 
 
 #: In a process of its own, on the test server: opening the session again, and a lake on it,
-#: send no settings (each would be a round trip, every step); other settings are sent.
+#: send no settings (each would be a round trip, every step) and do not look again at which
+#: sockets the live server listens on; other settings are sent.
 REOPEN = """
 import os
 from pyspark.sql.connect.client import core
 from lakelog.lake import EmbeddedLake
+from lakelog.spark import server
 from lakelog.spark.server import ServerConfig
 from lakelog.spark.session import open_session
 config = ServerConfig.from_environment(os.environ)
 spark = open_session(server=config)
-sent = []
+sent, looked = [], []
 real = core.SparkConnectClient.config
 core.SparkConnectClient.config = lambda self, operation: sent.append(operation) or real(
     self, operation)
+real_sockets = server.listening_sockets
+server.listening_sockets = lambda pid: looked.append(pid) or real_sockets(pid)
 again = open_session(server=config)
 EmbeddedLake(again, "/nowhere").spark
-print(again is spark, len(sent))
+print(again is spark, len(sent), len(looked))
 other = open_session(server=config, conf={"spark.lakelog.test.reopened": "yes"})
 print(other is spark, len(sent) > 0, spark.conf.get("spark.lakelog.test.reopened"))
 """
@@ -162,7 +166,7 @@ print(other is spark, len(sent) > 0, spark.conf.get("spark.lakelog.test.reopened
 def test_a_session_opened_again_with_its_settings_sends_none_of_them():
     shown = subprocess.run([sys.executable, "-c", REOPEN], env=subprocess_env(),
                            capture_output=True, text=True, timeout=300, check=True).stdout
-    assert shown.split("\n")[:2] == ["True 0", "True True yes"]
+    assert shown.split("\n")[:2] == ["True 0 0", "True True yes"]
 
 
 def test_settings_come_from_arguments_then_the_environment(tmp_path):

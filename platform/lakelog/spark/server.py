@@ -212,7 +212,7 @@ def _answers(config: ServerConfig, pid: int) -> bool:
         return False
 
 
-def _server_pid(config: ServerConfig) -> int | None:
+def server_pid(config: ServerConfig) -> int | None:
     """The recorded pid, if that process still lives and is this port's Spark Connect server."""
     try:
         pid = int(config.file("pid").read_text().strip())
@@ -241,7 +241,7 @@ def _server_pid(config: ServerConfig) -> int | None:
 
 
 def status(config: ServerConfig) -> ServerStatus:
-    pid = _server_pid(config)
+    pid = server_pid(config)
     try:
         info = json.loads(config.file("json").read_text()) if pid else {}
     except (FileNotFoundError, ValueError):
@@ -371,12 +371,12 @@ def stop(config: ServerConfig, *, timeout: float = 30.0) -> ServerStatus | None:
         if class_archive.writes(sharing):  # it writes its archive (~220 MB) as it exits
             timeout = max(timeout, ARCHIVE_STOP_SECONDS)
         deadline = time.monotonic() + timeout
-        while _server_pid(config) is not None and time.monotonic() < deadline:
+        while server_pid(config) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
-        ended = _server_pid(config) is None
+        ended = server_pid(config) is None
         if not ended:
             os.killpg(pid, signal.SIGKILL)
-            while _server_pid(config) is not None:
+            while server_pid(config) is not None:
                 time.sleep(0.1)
         config.file("pid").unlink(missing_ok=True)
         class_archive.keep(sharing, ended_of_itself=ended)  # what it wrote as it exited

@@ -131,19 +131,24 @@ def open_session(
     if remote or master:
         return create_session(master=master or "local[*]", remote=remote, app_name=app_name,
                               conf=conf)
-    from lakelog.spark.server import ServerConfig, ensure_running
+    from lakelog.spark.server import ServerConfig, ensure_running, server_pid
 
     config = server or ServerConfig()
     settings = (app_name, dict(conf or {}))
     with _OPENING:  # steps of a run on threads open their sessions one at a time
-        pid = ensure_running(config).pid
         known = _OPENED.get(config.url)
+        # Its settings are applied: opening again would be a round trip per step.
+        reusable = known is not None and known[2] == settings and not known[1].is_stopped
+        if reusable and known[0] is not None and server_pid(config) == known[0]:
+            # The server it was opened on still lives, and answered then: asking it again
+            # which sockets it listens on (`ensure_running`, ~12 ms of /proc) only costs.
+            return known[1]
+        pid = ensure_running(config).pid
         if known is not None and known[0] != pid:  # opened on a server that has died since
             known[1].release_session_on_close = False  # nothing left to release there
             known[1].stop()  # so that getOrCreate opens a new one
-        elif (known is not None and known[2] == settings
-              and not known[1].is_stopped):
-            return known[1]  # its settings are applied: again would be a round trip per step
+        elif reusable:
+            return known[1]
         spark = create_session(remote=config.url, app_name=app_name, conf=conf)
         if known is None or known[1] is not spark:
             spark.client.set_retry_policies([_WhileServerLives(config)])
