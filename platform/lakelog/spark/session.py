@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import SparkSession
 from pyspark.sql.connect.client.retries import DefaultPolicy
 
+from lakelog.spark import java_lookups
+
 if TYPE_CHECKING:
     from lakelog.spark.server import ServerConfig
 
@@ -92,6 +94,7 @@ def create_session(
     spark = builder.getOrCreate()
     if not remote:
         spark.sparkContext.setLogLevel("ERROR")
+        java_lookups.keep(spark.sparkContext._jvm)
     _CONFIGURED.add(spark)
     return spark
 
