@@ -99,10 +99,12 @@ def median(values: list[float]) -> float | None:
 
 
 class SparkWork:
-    """Counts what a block of code asks of Spark: jobs on a classic session (the scheduler's job
-    ids), round trips on a Connect session (wrapped client calls, by lakelog call site); and,
-    given the Spark JVM's `pid`, the CPU seconds that JVM spent meanwhile, by kind of thread
-    (`bench_common.jvm_cpu_account`, read outside the timed block)."""
+    """Counts what a block of code asks of Spark: on a classic session jobs (the scheduler's job
+    ids) and py4j commands (wrapped gateway client calls but the finalizer's deletions: all,
+    the reflection look-ups among them, and the seconds the caller waited), round trips on a Connect session (wrapped client
+    calls, by lakelog call site); and, given the Spark JVM's `pid`, the CPU seconds that JVM
+    spent meanwhile, by kind of thread (`bench_common.jvm_cpu_account`, read outside the timed
+    block)."""
 
     def __init__(self, spark: Any, mode: str, pid: int | None = None) -> None:
         self.spark, self.mode, self.pid = spark, mode, pid
@@ -112,6 +114,23 @@ class SparkWork:
             for name, kind in trace_connect.CALLS.items():
                 trace_connect.traced(name, kind)
             self._trips = trace_connect.trips
+        else:
+            self._py4j = {"calls": 0, "lookups": 0, "s": 0.0}
+            client = spark.sparkContext._gateway._gateway_client
+            send = client.send_command
+
+            def counted(command: str, *args: Any, **kwargs: Any) -> Any:
+                if command.startswith("m\nd\n"):  # a Java object let go, from py4j's own
+                    return send(command, *args, **kwargs)  # finalizer thread, when it runs
+                started = time.perf_counter()
+                try:
+                    return send(command, *args, **kwargs)
+                finally:
+                    self._py4j["calls"] += 1
+                    self._py4j["lookups"] += command.startswith("r\n")  # py4j reflection
+                    self._py4j["s"] += time.perf_counter() - started
+
+            client.send_command = counted
 
     def _jobs(self) -> int:
         found = self.spark.sparkContext._jsc.sc().dagScheduler().nextJobId()
@@ -124,12 +143,17 @@ class SparkWork:
     def counted(self) -> Iterator[dict[str, Any]]:
         found: dict[str, Any] = {}
         before = self._jobs() if self.mode == "classic" else self._snapshot()
+        py4j = dict(self._py4j) if self.mode == "classic" else None
         cpu = jvm_cpu_account(self.pid) if self.pid else None
         started = time.perf_counter()
         try:
             yield found
         finally:
             found["seconds"] = time.perf_counter() - started
+            if py4j is not None:  # before the job count's own calls
+                found["py4j_calls"] = self._py4j["calls"] - py4j["calls"]
+                found["py4j_lookups"] = self._py4j["lookups"] - py4j["lookups"]
+                found["py4j_s"] = round(self._py4j["s"] - py4j["s"], 3)
             if cpu is not None:
                 found["jvm"] = {k: v - cpu[k] for k, v in jvm_cpu_account(self.pid).items()}
             if self.mode == "classic":
@@ -289,6 +313,9 @@ def summarize(runs: list[dict]) -> dict:
         out["model_mode"] = sorted({r["mode"] for r in runs})
     if runs and "spark_jobs" in runs[0]:
         out["spark_jobs"] = median([r["spark_jobs"] for r in runs])
+    for name in ("py4j_calls", "py4j_lookups", "py4j_s"):
+        if runs and name in runs[0]:
+            out[name] = median([r[name] for r in runs])
     if runs and "jvm" in runs[0]:  # the Spark JVM's CPU per batch, medians
         out["jvm"] = {k: median([r["jvm"][k] for r in runs]) for k in runs[0]["jvm"]}
     if runs and "round_trips" in runs[0]:
