@@ -109,7 +109,9 @@ def consumer_asset(
             batches = run_until_caught_up(
                 the_lake, consumer, reads, now=_now, max_batches=config.max_batches
             )
-            lags = lag(the_lake, consumer, reads)
+            # Read once for the lag and the event-time metadata.
+            checkpoint = units.load_all(the_lake, consumer, reads)
+            lags = lag(the_lake, consumer, reads, checkpoint=checkpoint)
         context.log.info(f"consumer {consumer.name}: {len(batches)} microbatches")
         metadata = {
             "batches": len(batches),
@@ -121,7 +123,7 @@ def consumer_asset(
             "lost_to_retention": sum(b.lost_to_retention for b in batches),
             "lag": lag_table(lags),
             "lag_total": sum(x.lag for x in lags),
-            **event_time_metadata(units.load_all(the_lake, consumer, reads).state),
+            **event_time_metadata(checkpoint.state),
         }
         snapshots = {
             o.path: the_lake.snapshot(o.path) if the_lake.exists(o.path) else None

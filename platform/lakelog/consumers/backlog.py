@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from lakelog.consumers import units
-from lakelog.consumers.checkpoints import TopicPartition
+from lakelog.consumers.checkpoints import Checkpoint, TopicPartition
 from lakelog.consumers.consumer import Consumer
 from lakelog.lake import Lake, Snapshot
 from lakelog.log.offsets import partition_states
@@ -48,10 +48,15 @@ def positions(
     return found
 
 
-def lag(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic]) -> list[PartitionLag]:
-    """Committed offset and head per topic and log partition."""
+def lag(
+    lake: Lake, consumer: Consumer, topics: Mapping[str, Topic], *,
+    checkpoint: Checkpoint | None = None,
+) -> list[PartitionLag]:
+    """Committed offset and head per topic and log partition. `checkpoint`: the consumer's
+    units read together (`units.load_all`), when the caller holds them already."""
     topic_map = consumer.topics_in(topics)
-    checkpoint = units.load_all(lake, consumer, topic_map)
+    if checkpoint is None:
+        checkpoint = units.load_all(lake, consumer, topic_map)
     rows = []
     for (topic, partition), (log_start, head) in sorted(positions(lake, topic_map).items()):
         default = head if consumer.start == "latest" else log_start

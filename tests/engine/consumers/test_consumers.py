@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 
 from lakelog import consumers
 from lakelog.consumers import BatchInput, Consumer, Output
-from lakelog.consumers import checkpoints, resets
+from lakelog.consumers import checkpoints, resets, units
 from lakelog.consumers.checkpoints import Checkpoint
 from lakelog.errors import ConcurrentWriteError, ConfigError, ConsumerBusyError
 from lakelog.lake import EmbeddedLake, driver_write
@@ -229,6 +229,17 @@ def test_lag_counts_unconsumed_records(lake, loaded):
     consumer = make_consumer()
     consumers.run_batch(lake, consumer, loaded, now=clock())
     assert sum(p.lag for p in consumers.lag(lake, consumer, loaded)) == 25
+
+
+def test_lag_of_a_checkpoint_the_caller_holds_does_not_load_it_again(lake, loaded, monkeypatch):
+    consumer = make_consumer()
+    consumers.run_batch(lake, consumer, loaded, now=clock())
+    held = units.load_all(lake, consumer, loaded)
+    loads = table_loads(monkeypatch)
+    given = consumers.lag(lake, consumer, loaded, checkpoint=held)
+    assert not [p for p in loads if p.startswith("_checkpoints/")]
+    assert given == consumers.lag(lake, consumer, loaded)  # which loads it
+    assert [p for p in loads if p.startswith("_checkpoints/")]
 
 
 def test_crash_after_planning_resumes_the_same_plan(lake, loaded):
