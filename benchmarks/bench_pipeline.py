@@ -101,10 +101,10 @@ def median(values: list[float]) -> float | None:
 class SparkWork:
     """Counts what a block of code asks of Spark: on a classic session jobs (the scheduler's job
     ids) and py4j commands (wrapped gateway client calls but the finalizer's deletions: all,
-    the reflection look-ups among them, and the seconds the caller waited), round trips on a Connect session (wrapped client
-    calls, by lakelog call site); and, given the Spark JVM's `pid`, the CPU seconds that JVM
-    spent meanwhile, by kind of thread (`bench_common.jvm_cpu_account`, read outside the timed
-    block)."""
+    the reflection look-ups among them, and the seconds the caller waited); on a Connect
+    session round trips (wrapped client calls, by lakelog call site); and, given the Spark
+    JVM's `pid`, the CPU seconds that JVM spent meanwhile, by kind of thread
+    (`bench_common.jvm_cpu_account`, read outside the timed block)."""
 
     def __init__(self, spark: Any, mode: str, pid: int | None = None) -> None:
         self.spark, self.mode, self.pid = spark, mode, pid

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from pyspark.sql import functions as F
 from py4j.java_gateway import JavaClass
@@ -12,14 +14,20 @@ from lakelog.spark.session import over_connect
 
 @pytest.fixture
 def sent(spark):
-    """The py4j commands the session's Python side sends while the test runs."""
+    """The py4j commands the test's own thread sends while the test runs (not the deletions
+    py4j's finalizer thread sends for Java objects let go, whenever it wakes)."""
     if over_connect(spark):
         pytest.skip("a classic session's py4j gateway")
     client = spark.sparkContext._gateway._gateway_client
     commands: list[str] = []
-    real = client.send_command
-    client.send_command = lambda command, *args, **kwargs: (
-        commands.append(command) or real(command, *args, **kwargs))
+    real, mine = client.send_command, threading.get_ident()
+
+    def send(command: str, *args, **kwargs):
+        if threading.get_ident() == mine:
+            commands.append(command)
+        return real(command, *args, **kwargs)
+
+    client.send_command = send
     try:
         yield commands
     finally:
@@ -48,7 +56,8 @@ def test_the_view_holds_one_class_per_helper_under_each_name(spark, sent):
 
 
 def test_fields_are_read_each_time_and_unknown_members_still_fail(spark, sent):
-    integer = java_lookups.KeptMethods("java.lang.Integer", spark.sparkContext._gateway._gateway_client)
+    client = spark.sparkContext._gateway._gateway_client
+    integer = java_lookups.KeptMethods("java.lang.Integer", client)
     assert integer.MAX_VALUE == 2**31 - 1 and integer.MAX_VALUE == 2**31 - 1
     assert "MAX_VALUE" not in vars(integer)
     assert sum(c.startswith("r\nm\njava.lang.Integer\nMAX_VALUE") for c in sent) == 2

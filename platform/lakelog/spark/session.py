@@ -126,10 +126,13 @@ def open_session(
     """A session on `remote`, else classic on `master`, else on the local server (`server`).
 
     The local server is started first if none answers at its port (`ensure_running`). A
-    session of a server that has died since is not handed out again: it lived in that server
-    (its cached frames and temporary views with it), so a new one is opened on the new server.
-    Its client gives up at once while the server process is dead, instead of retrying for the
-    ten minutes Spark Connect allows a remote server, so the caller can restart its work.
+    session opened before is handed out again, without asking the server anew, while the
+    server process it was opened on lives (`server_pid`: its pid file and, where /proc is,
+    its command line). A session of a server that has died since is not handed out again: it
+    lived in that server (its cached frames and temporary views with it), so a new one is
+    opened on the new server. Its client gives up at once while the server process is dead,
+    instead of retrying for the ten minutes Spark Connect allows a remote server, so the caller
+    can restart its work.
     """
     if remote or master:
         return create_session(master=master or "local[*]", remote=remote, app_name=app_name,
