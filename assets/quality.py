@@ -8,7 +8,9 @@ its latest execution passed at (`lakelog.quality.scope`), so its cost follows th
 not the log's history. Great Expectations is imported inside the check functions: its import
 takes seconds (2-5 s on 2 cores), which loading the code location should not pay, nor a run's
 critical path: the ingest step starts importing it in the background (`preload_checks`) when
-its run holds a check that Great Expectations evaluates, while it waits on Spark.
+its run holds a check that Great Expectations evaluates and it found new records, while it
+waits on Spark. A check with nothing to validate (a topic with no new rows, a model whose rows
+did not change) does not import it.
 """
 
 import importlib
@@ -164,8 +166,6 @@ def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.As
         op_tags={VALIDATION_TAG: "great_expectations", PRIORITY_TAG: "1"},
     )
     def _checks(context: dg.AssetCheckExecutionContext, lake: LakeResource) -> Iterator:
-        from lakelog.quality.validate import validate
-
         the_lake, failed = lake.open(), None
         for check in (c for key, c in by_key.items() if key in context.selected_asset_check_keys):
             if not the_lake.exists(check.path):
@@ -176,8 +176,7 @@ def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.As
                 with engine_errors():
                     snapshot = the_lake.snapshot(check.path)
                     scope = check.scope(the_lake, snapshot, context.instance)
-                    outcome = None if scope.rows is None else validate(
-                        scope.rows, [scope.suite], cache=not scope.small)[0]
+                    outcome = None if scope.rows is None else _validate(scope)
             except Exception as exc:  # the step fails once the other checks have run
                 failed = failed or exc
                 continue
@@ -193,6 +192,15 @@ def table_checks(checks: Sequence[TableCheck], name: str | None = None) -> dg.As
             raise failed
 
     return _checks
+
+
+def _validate(scope: "Scope") -> SuiteOutcome:
+    """The scope's rows validated by its suite. Great Expectations is imported here, when there
+    are rows to validate: a check with nothing new does not pay its import."""
+    from lakelog.quality.validate import validate
+
+    assert scope.rows is not None
+    return validate(scope.rows, [scope.suite], cache=not scope.small)[0]
 
 
 def _topic_check(topic: Topic) -> TableCheck:

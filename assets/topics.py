@@ -77,8 +77,7 @@ def topic_assets(
         context: dg.AssetExecutionContext, config: IngestConfig, spark: SparkResource,
         lake: LakeResource,
     ) -> Iterator[dg.MaterializeResult]:
-        if checks_follow(context):
-            preload_checks()
+        checks = checks_follow(context)
         the_lake, session = lake.open(), spark.session()
         chosen = [t for key, t in by_key.items() if key in context.selected_asset_keys]
 
@@ -96,6 +95,8 @@ def topic_assets(
                     failed = failed or future.exception()
                     continue
                 result = future.result()
+                if checks and result.files:  # new records: the checks will validate them
+                    preload_checks()
                 context.log.info(f"ingest of {topic.name}: {result.as_dict()}")
                 yield dg.MaterializeResult(asset_key=topic_key(topic),
                                            metadata=ingest_metadata(the_lake, topic, result))

@@ -161,9 +161,27 @@ def test_the_ingest_step_preloads_the_checks_when_they_follow(lake, land, resour
     assert not quality._PRELOAD  # no check in this run: no import of GX either
 
     land("orders", "2026-01-05/b.ndjson", [order("o2", "u1", [("p1", 1, 10.0)], second=2)])
-    result = dg.materialize([topic_asset(topic), topic_check(topic)], resources=resources)
+    instance = dg.DagsterInstance.ephemeral()  # the check's history: what it passed at
+    result = dg.materialize([topic_asset(topic), topic_check(topic)], resources=resources,
+                            instance=instance)
     assert result.success and quality._PRELOAD
     assert quality._PRELOAD[0].name == "lakelog-preload-gx"
+
+    # Nothing new landed: the check has nothing to validate, and neither it nor the ingest
+    # step imports Great Expectations for it.
+    monkeypatch.setattr(quality, "_PRELOAD", [])
+
+    def no_validation(scope):
+        raise AssertionError(f"validated {scope.description}")
+
+    monkeypatch.setattr(quality, "_validate", no_validation)
+    result = dg.materialize([topic_asset(topic), topic_check(topic)], resources=resources,
+                            instance=instance)
+    assert result.success and not quality._PRELOAD
+    [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.passed and evaluation.description.startswith("nothing to validate")
+    monkeypatch.undo()
+    monkeypatch.setattr(quality, "_PRELOAD", [])
 
     # A check of another asset of the run counts too, as a SQL model's warnings (part of the
     # model's step) do in `lakelog demo`'s last run; a check GX does not evaluate does not.
