@@ -26,7 +26,7 @@ from pyspark.sql.window import Window
 
 from lakelog.errors import ConcurrentWriteError, UnknownTopicError
 from lakelog.lake import (
-    AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed, held_read,
+    AppTxn, CommitMetadata, DataFile, Lake, Snapshot, already_committed, driver_write, held_read,
 )
 from lakelog.lake.pages import LOG_PAGE_ROWS, PAGE_ROWS
 from lakelog.log import held_records
@@ -168,12 +168,21 @@ def append(
         if any(already_committed(snapshot, t) for t in txns):
             return None
         records, metadata = prepare(snapshot)
+        collected = None
+        if not isinstance(records, pa.Table) and driver_write.is_small_write(rows_hint):
+            # A small append is collected to be written here all the same: collected with its
+            # log partitions instead, its offsets are assigned here (no window and join in
+            # Spark), and the new heads are known without loading the new version.
+            records, collected = driver_write.collect(
+                records.withColumn("partition", partition_of(F.col("key"), topic.partitions)))
         before = heads(snapshot, topic.partitions)
         guard = AppTxn(APPEND_GUARD, snapshot.version + 1)
         try:
             if isinstance(records, pa.Table):  # held here, with their log partition
-                version = lake.write_table(snapshot, with_offsets(records, before, order_by),
-                                           txns=[guard, *txns], metadata=metadata)
+                rows = with_offsets(records, before, order_by)
+                if collected is not None:  # checked and cast as a write of Spark's rows is
+                    rows = driver_write.conformed(snapshot, rows, _with_offset(collected, snapshot))
+                version = lake.write_table(snapshot, rows, txns=[guard, *txns], metadata=metadata)
                 # Offsets were assigned here from `before`: each partition's head moved by its
                 # records (known without loading the new version to read them).
                 after = {**before, **{p: before.get(p, 0) + n
@@ -194,6 +203,14 @@ def append(
         result = AppendResult(version, sum(e - s for s, e in ranges.values()), ranges)
         return result, metadata
     raise AssertionError("unreachable")
+
+
+def _with_offset(collected: T.StructType, snapshot: Snapshot) -> T.StructType:
+    """The schema of collected records (`append`) once `with_offsets` gave them their offset:
+    the table's columns among them, then the offset."""
+    names = set(snapshot.schema.fieldNames()) - {"offset"}
+    return T.StructType([f for f in collected.fields if f.name in names]
+                        + [snapshot.schema["offset"]])
 
 
 def _range_filter(ranges: Mapping[int, tuple[int, int]]) -> Column:

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
-from lakelog.errors import UnknownTopicError
+from lakelog.errors import SchemaMismatchError, UnknownTopicError
 from lakelog.log import held_records, offsets
 from lakelog.log.topics import Topic
 
@@ -71,6 +71,36 @@ def test_offsets_follow_the_given_order(lake, spark):
     do_append(lake, topic, envelope(spark, topic, [5, 3, 9, 1], user="same"))
     rows = lake.read(lake.snapshot(topic.path)).orderBy("offset").collect()
     assert [(r.offset, r.event_id) for r in rows] == [(0, "e1"), (1, "e3"), (2, "e5"), (3, "e9")]
+
+
+def test_a_small_append_assigned_here_equals_sparks(lake, spark):
+    """An append whose records are few (`rows_hint`) is collected with its log partitions and
+    given its offsets here: the same rows, partitions, offsets and reported ranges as the
+    append by Spark (a window and a join) of the same records after the same head."""
+    by_spark, here = make_topic("by_spark"), make_topic("here")
+    for chunk in range(3):
+        ids = range(chunk * 25, chunk * 25 + 25)
+        spark_result = offsets.append(
+            lake, by_spark, lambda s: (envelope(spark, by_spark, ids), {}), order_by=["_order"])
+        here_result = offsets.append(
+            lake, here, lambda s: (envelope(spark, here, ids), {}), order_by=["_order"],
+            rows_hint=25)
+        assert spark_result[0].ranges == here_result[0].ranges
+        assert spark_result[0].records == here_result[0].records == 25
+    assert_contiguous(lake, here)
+    assertDataFrameEqual(lake.read(lake.snapshot(here.path)),
+                         lake.read(lake.snapshot(by_spark.path)))
+
+
+def test_a_small_append_of_the_wrong_schema_is_refused(lake, spark, topic):
+    """Records collected for an append are checked as a write of Spark's rows is: a clear
+    error, and nothing committed."""
+    offsets.ensure_topic_table(lake, topic)
+    before = lake.snapshot(topic.path).version
+    wrong = envelope(spark, topic, range(3)).withColumn("amount", F.lit("a lot"))
+    with pytest.raises(SchemaMismatchError, match="amount is string, expected double"):
+        offsets.append(lake, topic, lambda s: (wrong, {}), order_by=["_order"], rows_hint=3)
+    assert lake.snapshot(topic.path).version == before
 
 
 def test_concurrent_appends_never_duplicate_or_skip_offsets(lake, spark, topic):
