@@ -7,10 +7,12 @@ materialized it just wrote. A topic's check validates only the rows appended sin
 its latest execution passed at (`lakelog.quality.scope`), so its cost follows the new records,
 not the log's history. Great Expectations is imported inside the check functions: its import
 takes seconds (2-5 s on 2 cores), which loading the code location should not pay, nor a run's
-critical path: the ingest step starts importing it in the background (`preload_checks`) when
-its run holds a check that Great Expectations evaluates and it found new records, while it
-waits on Spark. A check with nothing to validate (a topic with no new rows, a model whose rows
-did not change) does not import it.
+critical path: the ingest step starts importing it in the background (`preload_checks`), while
+it waits on Spark, when its run holds a check that Great Expectations evaluates and there is
+something to validate: as it starts when the run checks compacted or history tables (validated
+whole every run), else once an ingest plans a batch of new files. A check with nothing to
+validate (a topic with no rows added since it passed, a model whose rows did not change) does
+not import it.
 """
 
 import importlib
@@ -46,24 +48,26 @@ if TYPE_CHECKING:
 
 
 _PRELOAD: list[threading.Thread] = []
+_PRELOADING = threading.Lock()  # the topics of one ingest step plan their batches on threads
 #: Dagster's step priority tag: among the steps ready in a run, higher goes first.
 PRIORITY_TAG = "dagster/priority"
 
 
-def checks_follow(context: dg.AssetExecutionContext) -> bool:
-    """Whether the run holds a check that Great Expectations evaluates: a table's blocking
-    check (a step of its own) or a SQL model's warnings (part of the model's step). `lakelog
-    demo`'s runs but its last, and a materialization of a topic without its checks, hold
-    none."""
+def checks_follow(context: dg.AssetExecutionContext) -> frozenset[str]:
+    """The names of the run's checks that Great Expectations evaluates: tables' blocking checks
+    (steps of their own) and SQL models' warnings (part of the models' steps). `lakelog demo`'s
+    runs but its last, and a materialization of a topic without its checks, hold none."""
     checks = context.job_def.asset_layer.asset_graph.asset_check_keys  # the run's subset
-    return any(key.name in names.GX_CHECKS for key in checks)
+    return frozenset(key.name for key in checks if key.name in names.GX_CHECKS)
 
 
 def preload_checks() -> threading.Thread:
     """Import what the checks run on (Great Expectations) in a background thread, once per
     process; the check step's own import then finds it done, or waits for it (Python's import
     lock). A failure there is left for the check step's import to raise."""
-    if not _PRELOAD:
+    with _PRELOADING:
+        if _PRELOAD:
+            return _PRELOAD[0]
         thread = threading.Thread(target=importlib.import_module,
                                   args=("lakelog.quality.validate",), name="lakelog-preload-gx",
                                   daemon=True)
@@ -199,7 +203,7 @@ def _validate(scope: "Scope") -> SuiteOutcome:
     are rows to validate: a check with nothing new does not pay its import."""
     from lakelog.quality.validate import validate
 
-    assert scope.rows is not None
+    assert scope.rows is not None and scope.suite is not None
     return validate(scope.rows, [scope.suite], cache=not scope.small)[0]
 
 

@@ -22,6 +22,7 @@ from lakelog.lake import Lake
 from lakelog.log.ingest import IngestResult, ingest
 from lakelog.log.offsets import ensure_topic_table, partition_states
 from lakelog.log.topics import Topic
+from lakelog.quality import names
 from lakelog.resources import LakeResource, SparkResource
 
 INGEST = "ingest"
@@ -78,12 +79,15 @@ def topic_assets(
         lake: LakeResource,
     ) -> Iterator[dg.MaterializeResult]:
         checks = checks_follow(context)
+        if checks & names.WHOLE_TABLE_CHECKS:  # validated whatever the ingest finds
+            preload_checks()
+        planned = preload_checks if checks else None  # the checks will see the new records
         the_lake, session = lake.open(), spark.session()
         chosen = [t for key, t in by_key.items() if key in context.selected_asset_keys]
 
         def one(topic: Topic) -> IngestResult:
             result = ingest(the_lake, session, topic, now=datetime.now(timezone.utc),
-                            max_files=config.max_files)
+                            max_files=config.max_files, on_plan=planned)
             ensure_topic_table(the_lake, topic)
             return result
 
@@ -95,8 +99,6 @@ def topic_assets(
                     failed = failed or future.exception()
                     continue
                 result = future.result()
-                if checks and result.files:  # new records: the checks will validate them
-                    preload_checks()
                 context.log.info(f"ingest of {topic.name}: {result.as_dict()}")
                 yield dg.MaterializeResult(asset_key=topic_key(topic),
                                            metadata=ingest_metadata(the_lake, topic, result))

@@ -134,10 +134,12 @@ def test_a_topic_check_validates_what_was_appended_since_it_passed(shop_lake, re
 
 def test_great_expectations_is_imported_in_the_background_once():
     """The ingest step starts it (`preload_checks`), so the checks that follow need not wait
-    seconds for the import; a fresh process shows it, as a run worker is one."""
+    seconds for the import; a fresh process shows it, as a run worker is one. Neither the
+    check assets nor the scope of a check (what it validates, maybe nothing) import it."""
     script = (
         "import sys\n"
         "from lakelog.assets.quality import preload_checks\n"
+        "import lakelog.assets.topics, lakelog.quality.scope\n"
         "assert 'great_expectations' not in sys.modules\n"
         # Loaded with the code location, not beside the step threads (see assets/quality.py).
         "assert 'sqlalchemy.orm' in sys.modules\n"
@@ -167,21 +169,14 @@ def test_the_ingest_step_preloads_the_checks_when_they_follow(lake, land, resour
     assert result.success and quality._PRELOAD
     assert quality._PRELOAD[0].name == "lakelog-preload-gx"
 
-    # Nothing new landed: the check has nothing to validate, and neither it nor the ingest
-    # step imports Great Expectations for it.
+    # Nothing new landed: the check has nothing to validate, and the ingest step does not
+    # start the import for it (`test_quality_scope` shows the check itself imports none).
     monkeypatch.setattr(quality, "_PRELOAD", [])
-
-    def no_validation(scope):
-        raise AssertionError(f"validated {scope.description}")
-
-    monkeypatch.setattr(quality, "_validate", no_validation)
     result = dg.materialize([topic_asset(topic), topic_check(topic)], resources=resources,
                             instance=instance)
     assert result.success and not quality._PRELOAD
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.passed and evaluation.description.startswith("nothing to validate")
-    monkeypatch.undo()
-    monkeypatch.setattr(quality, "_PRELOAD", [])
 
     # A check of another asset of the run counts too, as a SQL model's warnings (part of the
     # model's step) do in `lakelog demo`'s last run; a check GX does not evaluate does not.
@@ -205,3 +200,10 @@ def test_the_ingest_step_preloads_the_checks_when_they_follow(lake, land, resour
         assert dg.materialize([topic_asset(topic), downstream(check)], resources=resources,
                               selection=selection).success
         assert bool(quality._PRELOAD) is preloads, (check, selection)
+    # With nothing new to ingest, only a check that validates its whole table every run (a
+    # compacted or history table's) has the import started.
+    for check, preloads in [(names.VALUE_RANGES, False), (names.COMPACTED_CHECK, True)]:
+        monkeypatch.setattr(quality, "_PRELOAD", [])
+        assert dg.materialize([topic_asset(topic), downstream(check)],
+                              resources=resources).success
+        assert bool(quality._PRELOAD) is preloads, check

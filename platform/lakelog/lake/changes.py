@@ -293,6 +293,8 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     dictionary codes, a struct by its validity's and its fields', a list or map by its JSON."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     t = array.type
+    if pa.types.is_floating(t):  # every NaN one value, whatever its bits (as JSON's "NaN")
+        array = pc.if_else(pc.is_nan(array), pa.scalar(float("nan"), t), array)
     if pa.types.is_struct(t):
         return _row_codes([_codes(array.is_valid()),
                            *(_codes(field) for field in array.flatten())])

@@ -114,8 +114,8 @@ def per_partition(records: pa.Table) -> dict[int, int]:
 
 def with_offsets(records: pa.Table, heads: Mapping[int, int], order: Sequence[str]) -> pa.Table:
     """`records` (with `partition`) with their `offset`: contiguous after each log partition's
-    head, in `order` within it."""
-    records = records.sort_by([("partition", "ascending"), *[(c, "ascending") for c in order]])
+    head, in `order` within it (nulls first, as in `offsets.assign_offsets`' Spark window)."""
+    records = _nulls_first(records, ["partition", *order])
     partitions = records["partition"].to_numpy(zero_copy_only=False)
     n = len(partitions)
     starts = np.flatnonzero(np.r_[True, partitions[1:] != partitions[:-1]]) if n else []
@@ -123,3 +123,14 @@ def with_offsets(records: pa.Table, heads: Mapping[int, int], order: Sequence[st
     first = np.array([heads.get(int(partitions[s]), 0) for s in starts], dtype=np.int64)
     offsets = np.repeat(first - np.asarray(starts, dtype=np.int64), sizes) + np.arange(n)
     return records.append_column("offset", pa.array(offsets, pa.int64()))
+
+
+#: pyarrow 25 and newer take a sort key's null placement with the key (and warn at the old form).
+_PER_KEY_NULLS = int(pa.__version__.split(".")[0]) >= 25
+
+
+def _nulls_first(table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """`table` sorted by `columns`, ascending, nulls first: Spark's ascending order."""
+    if _PER_KEY_NULLS:
+        return table.sort_by([(c, "ascending", "at_start") for c in columns])
+    return table.sort_by([(c, "ascending") for c in columns], null_placement="at_start")

@@ -292,9 +292,12 @@ def _committed_counts(lake: Lake, topic: Topic, batch: int) -> dict[str, int]:
 
 
 def ingest(
-    lake: Lake, spark: SparkSession, topic: Topic, *, now: datetime, max_files: int | None = None
+    lake: Lake, spark: SparkSession, topic: Topic, *, now: datetime, max_files: int | None = None,
+    on_plan: Callable[[], object] | None = None,
 ) -> IngestResult:
-    """Ingest the topic's new landing files (at most `max_files`) as one exactly-once batch."""
+    """Ingest the topic's new landing files (at most `max_files`) as one exactly-once batch.
+    `on_plan` is called once the batch has its plan (a new or a resumed one), before its lines
+    are read: when there is something to ingest."""
     manifest = landing.load_manifest(lake, topic.name)
     plan, resumed = manifest.plan, manifest.plan is not None
     if plan is None:
@@ -303,6 +306,8 @@ def ingest(
             return IngestResult(topic.name, None, ())
         plan = landing.IngestPlan(manifest.batch + 1, tuple(files))
         manifest = landing.save_plan(lake, manifest, plan, now=now)  # step 1
+    if on_plan is not None:
+        on_plan()
     names = [f for f, _ in plan.files]
     txn = AppTxn(f"lakelog.ingest:{topic.name}", plan.batch)
     lines = read_landing_lines(spark, lake, names)

@@ -20,6 +20,9 @@ EXPECTATIONS = "expectations"
 GX_CHECKS = frozenset({TOPIC_CHECK, COMPACTED_CHECK, HISTORY_CHECK, VALUE_RANGES,
                        ROW_COUNT_CHANGE, UNIQUE_KEY, EXPECTATIONS})
 
+#: The checks that validate their whole table in every run, whether records came or not.
+WHOLE_TABLE_CHECKS = frozenset({COMPACTED_CHECK, HISTORY_CHECK})
+
 
 def model_checks(model: Model) -> tuple[str, ...]:
     """The warning checks `model` declares: value ranges and row-count change when configured,

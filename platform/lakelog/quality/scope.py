@@ -18,13 +18,16 @@ caches them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
 from lakelog.lake import DataFile, Lake, Snapshot
 from lakelog.log.offsets import HEAD_FLOORS, partition_states
 from lakelog.log.topics import Topic
-from lakelog.quality.suites import Suite, topic_suite
+
+if TYPE_CHECKING:  # suites are Great Expectations' expectations: imported when there are rows
+    from lakelog.quality.suites import Suite
 
 
 #: Files of at most this many bytes in all are read again by each validation job, not cached.
@@ -33,12 +36,13 @@ SMALL_BYTES = 32 << 20
 
 @dataclass(frozen=True)
 class Scope:
-    """The rows to validate (None: none were added since the version that passed), the suite,
-    what they are, for the check's description, and whether they are few enough to go
-    uncached (`validate(cache=not small)`)."""
+    """The rows to validate (None: none were added since the version that passed), the suite
+    (None with no rows: not built, nor Great Expectations imported), what they are, for the
+    check's description, and whether they are few enough to go uncached
+    (`validate(cache=not small)`)."""
 
     rows: DataFrame | None
-    suite: Suite
+    suite: Suite | None
     description: str
     small: bool = False
 
@@ -56,6 +60,8 @@ def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | N
     erased = HEAD_FLOORS in snapshot.properties
 
     def whole() -> Scope:  # read only when chosen: classic Spark resolves every file at once
+        from lakelog.quality.suites import topic_suite
+
         return read_scope(lake, snapshot, topic_suite(topic, erased=erased), "the whole table")
 
     if passed is None or passed > snapshot.version or topic.compaction is not None:
@@ -68,9 +74,11 @@ def topic_scope(lake: Lake, topic: Topic, snapshot: Snapshot, *, passed: int | N
         return whole()
     known = {f.path for f in before.files()}
     added = [f for f in snapshot.files() if f.path not in known]
-    heads = {p: s.head for p, s in partition_states(before, topic.partitions).items()}
-    suite = topic_suite(topic, checked=heads, erased=erased)
     since = f"rows added since version {passed}, which passed"
     if not added:
-        return Scope(None, suite, f"no {since}")
+        return Scope(None, None, f"no {since}")
+    from lakelog.quality.suites import topic_suite
+
+    heads = {p: s.head for p, s in partition_states(before, topic.partitions).items()}
+    suite = topic_suite(topic, checked=heads, erased=erased)
     return read_scope(lake, snapshot, suite, since, added)

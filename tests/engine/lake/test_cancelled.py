@@ -7,9 +7,10 @@ import random
 from collections import Counter
 from datetime import datetime, timezone
 
+import numpy as np
 import pyarrow as pa
 
-from lakelog.lake.changes import _cancelled_arrow
+from lakelog.lake.changes import _cancelled_arrow, _row_codes
 
 
 def _by_row(rows: pa.Table, names: list[str]) -> pa.Table:
@@ -98,3 +99,28 @@ def test_null_structs_are_one_value_whatever_their_fields_hold():
                      "_commit_version": pa.array([2, 2], pa.int64()),
                      "_commit_timestamp": pa.array([stamp, stamp], SCHEMA.field("at").type)})
     assert _cancelled_arrow(feed, ["address"]).num_rows == 0
+
+
+def test_row_codes_of_wide_columns_made_dense_before_they_overflow():
+    """Columns whose codes multiplied together pass 2**63 still give equal codes exactly to
+    equal rows."""
+    rng = np.random.default_rng(3)
+    columns = [rng.integers(0, 3, 200) * (2**40) for _ in range(3)]  # widths of 2**41 each
+    codes = _row_codes(columns)
+    rows = list(zip(*(c.tolist() for c in columns)))
+    for i in range(len(rows)):
+        for j in range(len(rows)):
+            assert (codes[i] == codes[j]) == (rows[i] == rows[j])
+    assert codes.min() == 0 and codes.max() == len(set(rows)) - 1
+
+
+def test_nans_of_any_bits_are_one_value():
+    """A NaN whose bits differ between its delete and its insert still cancels, as their
+    JSON text ("NaN") did."""
+    stamp = datetime(2026, 12, 5, tzinfo=timezone.utc)
+    bits = np.array([0x7FF8000000000001, 0x7FF8000000000000], dtype=np.uint64)
+    price = pa.array(bits.view(np.float64))
+    feed = pa.table({"price": price, "_change_type": ["delete", "insert"],
+                     "_commit_version": pa.array([2, 2], pa.int64()),
+                     "_commit_timestamp": pa.array([stamp, stamp], SCHEMA.field("at").type)})
+    assert _cancelled_arrow(feed, ["price"]).num_rows == 0

@@ -73,18 +73,34 @@ def test_offsets_follow_the_given_order(lake, spark):
     assert [(r.offset, r.event_id) for r in rows] == [(0, "e1"), (1, "e3"), (2, "e5"), (3, "e9")]
 
 
-def test_a_small_append_assigned_here_equals_sparks(lake, spark):
+def test_a_small_append_assigned_here_equals_sparks(lake, spark, monkeypatch):
     """An append whose records are few (`rows_hint`) is collected with its log partitions and
     given its offsets here: the same rows, partitions, offsets and reported ranges as the
-    append by Spark (a window and a join) of the same records after the same head."""
+    append by Spark (a window and a join) of the same records after the same head, nulls of
+    the order first as in Spark's window."""
     by_spark, here = make_topic("by_spark"), make_topic("here")
+    spark_window = offsets.assign_offsets
+
+    def assign_offsets(df, **kwargs):
+        assert not here_running, "the small append went through Spark's window"
+        return spark_window(df, **kwargs)
+
+    monkeypatch.setattr(offsets, "assign_offsets", assign_offsets)
+
+    def records(topic, ids):  # every third record without an `_order`: ordered by its id then
+        return envelope(spark, topic, ids).withColumn(
+            "_order", F.when(F.col("event_id").substr(2, 9).cast("int") % 3 != 0,
+                             F.col("_order")))
+
+    order_by = ["_order", "event_id"]
     for chunk in range(3):
         ids = range(chunk * 25, chunk * 25 + 25)
+        here_running = False
         spark_result = offsets.append(
-            lake, by_spark, lambda s: (envelope(spark, by_spark, ids), {}), order_by=["_order"])
+            lake, by_spark, lambda s: (records(by_spark, ids), {}), order_by=order_by)
+        here_running = True
         here_result = offsets.append(
-            lake, here, lambda s: (envelope(spark, here, ids), {}), order_by=["_order"],
-            rows_hint=25)
+            lake, here, lambda s: (records(here, ids), {}), order_by=order_by, rows_hint=25)
         assert spark_result[0].ranges == here_result[0].ranges
         assert spark_result[0].records == here_result[0].records == 25
     assert_contiguous(lake, here)

@@ -24,6 +24,7 @@ def test_rows_appended_since_a_passing_version_are_validated_alone(lake, spark):
     passed = lake.snapshot(PAGE_VIEWS.path).version
     nothing = scoped(lake, passed)
     assert nothing.rows is None and nothing.description.startswith("no rows added since")
+    assert nothing.suite is None  # nothing to validate: no suite built (GX not needed)
 
     append_page_views(lake, spark, PAGE_VIEWS, 4)
     scope = scoped(lake, passed)
@@ -75,3 +76,4 @@ def test_compacted_topics_and_unknown_versions_are_validated_whole(lake, spark):
     changelog = next(iter(CHANGELOGS.values()))
     lake.create_table(changelog.path, changelog.table_schema, partition_by=["partition"])
     assert scoped(lake, 0, changelog).description == "the whole table"
+
