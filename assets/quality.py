@@ -9,8 +9,8 @@ not the log's history. Great Expectations is imported inside the check functions
 takes seconds (2-5 s on 2 cores), which loading the code location should not pay, nor a run's
 critical path: the ingest step starts importing it in the background (`preload_checks`), while
 it waits on Spark, when its run holds a check that Great Expectations evaluates and there is
-something to validate: as it starts when the run checks compacted or history tables (validated
-whole every run), else once an ingest plans a batch of new files. A check with nothing to
+something to validate: at the step's start when the run checks compacted or history tables
+(validated whole every run), else once an ingest plans a batch of new files. A check with nothing to
 validate (a topic with no rows added since it passed, a model whose rows did not change) does
 not import it.
 """
