@@ -16,8 +16,8 @@ compiled, loaded and JIT-compiled again. This runs, side by side in one run, per
 The settings alternate (off, on, off, on, ... for `--rounds`), so a drift of the machine's load
 touches both. More settings compare other per-query costs against lakelog's defaults:
 ``codegen_off_aqe_off`` (adaptive execution off), ``g1_gc`` (the JVM's default garbage
-collector, G1, instead of the parallel one lakelog's server runs with), the JIT's tiers and
-thresholds, Spark's single-pass analyzer, the plan description posted at each execution, and
+collector, G1, instead of the parallel one lakelog's server runs with), the JIT's tiers,
+thresholds and inlining (``hotspot_inlining``: HotSpot's own, lakelog's before 2026-12-05), Spark's single-pass analyzer, the plan description posted at each execution, and
 the optimizer's folding of projections into local relations (`SETTINGS`).
 
 With ``--ingest N`` it also times, in one classic local[N] session of this process,
@@ -49,8 +49,9 @@ from bench_common import SPARK_CODEGEN, spark_codegen
 from bench_common import busy_share, jvm_cpu_account, machine_jiffies
 
 from lakelog.spark.server import (
-    DEFAULT_JAVA_OPTIONS, ServerConfig, ensure_running, status, stop,
+    DEFAULT_JAVA_OPTIONS, PARALLEL_GC, ServerConfig, ensure_running, status, stop,
 )
+from lakelog.spark.session import SHALLOW_INLINING
 
 LAKELOG = [sys.executable, "-m", "lakelog.cli"]
 #: Spark's own defaults: whole-stage code generation, generated code wherever it compiles.
@@ -73,6 +74,11 @@ SETTINGS = {
     "c1_profiled_later": {},
     # lakelog's defaults but the serial collector: one GC thread, no parallel phases.
     "serial_gc": {},
+    # lakelog's defaults but the JIT inlining as HotSpot does (`SHALLOW_INLINING` left out: the
+    # server's flags before 2026-12-05), as deep as JDK 11 (C2 only), or shallower still.
+    "hotspot_inlining": {},
+    "c2_less_inlining": {},
+    "jit_minimal_inlining": {},
     # lakelog's defaults, plans Spark's single-pass analyzer supports resolved by it (Spark 4.1
     # and later; still under development there) instead of the fixed-point analyzer.
     "single_pass_analyzer": {"spark.sql.analyzer.singlePassResolver.enabledTentatively": "true"},
@@ -82,13 +88,16 @@ SETTINGS = {
     "explain_simple": {"spark.sql.ui.explainMode": "simple"},
     # lakelog's defaults but a projection or filter of a local relation (a held batch's rows)
     # left to the query's tasks, not evaluated row by row by the optimizer of every query.
+    # lakelog's defaults but no constraint propagation: the optimizer neither infers filters
+    # from each operator's constraints nor prunes filters they imply.
+    "no_constraint_propagation": {"spark.sql.constraintPropagation.enabled": "false"},
     "no_local_relation_folding": {
         "spark.sql.optimizer.excludedRules":
             "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"},
 }
 #: The server JVM's flags per setting (lakelog's `DEFAULT_JAVA_OPTIONS` unless named here).
 JAVA_OPTIONS = {
-    "g1_gc": "-XX:+UseG1GC",
+    "g1_gc": f"-XX:+UseG1GC {SHALLOW_INLINING}",
     # Tier 4 (C2) thresholds three times HotSpot's defaults (5000 / 600 / 15000).
     "c2_later": f"{DEFAULT_JAVA_OPTIONS} -XX:Tier4InvocationThreshold=15000 "
                 "-XX:Tier4MinInvocationThreshold=1800 -XX:Tier4CompileThreshold=45000",
@@ -100,7 +109,13 @@ JAVA_OPTIONS = {
     "c1_profiled_later": f"{DEFAULT_JAVA_OPTIONS} -XX:Tier3InvocationThreshold=1000 "
                          "-XX:Tier3MinInvocationThreshold=500 -XX:Tier3CompileThreshold=10000 "
                          "-XX:Tier3BackEdgeThreshold=300000",
-    "serial_gc": "-XX:+UseSerialGC",
+    "serial_gc": f"-XX:+UseSerialGC {SHALLOW_INLINING}",
+    "hotspot_inlining": PARALLEL_GC,
+    "c2_less_inlining": f"{PARALLEL_GC} -XX:MaxInlineLevel=9 -XX:FreqInlineSize=100 "
+                        "-XX:InlineSmallCode=1000",
+    "jit_minimal_inlining": f"{PARALLEL_GC} -XX:MaxInlineLevel=3 -XX:FreqInlineSize=35 "
+                            "-XX:InlineSmallCode=300 -XX:MaxInlineSize=15 -XX:C1MaxInlineLevel=3 "
+                            "-XX:C1MaxInlineSize=15",
 }
 
 

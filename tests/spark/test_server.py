@@ -18,6 +18,7 @@ from processes import TEST_ARCHIVES, free_port, subprocess_env
 from lakelog.errors import ConfigError
 from lakelog.spark import class_archive
 from lakelog.spark.server import (
+    DEFAULT_JAVA_OPTIONS,
     ServerConfig,
     ServerError,
     ensure_running,
@@ -185,11 +186,13 @@ def test_settings_come_from_arguments_then_the_environment(tmp_path):
                     "spark.sql.session.timeZone=UTC"):
         assert setting in command
     java = next(a for a in config.command() if a.startswith("spark.driver.extraJavaOptions="))
-    assert java.endswith(" -XX:+UseParallelGC") and "-Dlog4j2.configurationFile=" in java
+    assert java.endswith(f" {DEFAULT_JAVA_OPTIONS}") and "-Dlog4j2.configurationFile=" in java
+    assert "-XX:+UseParallelGC" in java and "-XX:MaxInlineLevel=6" in java
     env["LAKELOG_SPARK_SERVER_JAVA_OPTIONS"] = "-XX:+UseG1GC -Xss4m"
     java = next(a for a in ServerConfig.from_environment(env).command()
                 if a.startswith("spark.driver.extraJavaOptions="))
     assert java.endswith(" -XX:+UseG1GC -Xss4m") and "UseParallelGC" not in java
+    assert "MaxInlineLevel" not in java  # the user's flags replace lakelog's, inlining too
 
 
 @pytest.mark.parametrize("env, message", [

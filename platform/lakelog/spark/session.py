@@ -36,6 +36,16 @@ REQUIRED_CONF: Mapping[str, str] = {
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "4096",
 }
 
+#: The JIT's inlining, shallower than HotSpot's (C2: 6 levels, not 15; a hot callee of at most 50
+#: bytecodes, not 325; C1: 6 levels and 20 bytecodes, not 9 and 35). With generated code off,
+#: Spark's expressions are interpreted through megamorphic calls that inlining cannot remove, and
+#: a fresh JVM's compiler threads took a third of its CPU compiling deep inlined trees: the
+#: 100,000-event demo on a fresh server took 62-63 s against 72-79 s with HotSpot's inlining,
+#: the server's CPU 82 s against 107-116 s, and a warm server's demo the same 45 s
+#: (`benchmarks/bench_codegen.py`, setting ``hotspot_inlining``: docs/spark.md).
+SHALLOW_INLINING = ("-XX:MaxInlineLevel=6 -XX:FreqInlineSize=50 -XX:InlineSmallCode=500 "
+                    "-XX:MaxInlineSize=20 -XX:C1MaxInlineLevel=6 -XX:C1MaxInlineSize=20")
+
 #: Defaults for a local session; any of them can be overridden.
 LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.ui.enabled": "false",
@@ -60,7 +70,8 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # messages: several JVM round trips per call, a quarter of a windowed microbatch's driver
     # time. Spark's own error (with the plan) is still raised; only the Python line is left out.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
-    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J.as_uri()}",
+    "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J.as_uri()} "
+                                     f"{SHALLOW_INLINING}",
 }
 
 
