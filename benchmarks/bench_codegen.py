@@ -48,10 +48,8 @@ import jfr_account
 from bench_common import SPARK_CODEGEN, spark_codegen
 from bench_common import busy_share, jvm_cpu_account, machine_jiffies
 
-from lakelog.spark.server import (
-    DEFAULT_JAVA_OPTIONS, PARALLEL_GC, ServerConfig, ensure_running, status, stop,
-)
-from lakelog.spark.session import SHALLOW_INLINING
+from lakelog.spark.server import DEFAULT_JAVA_OPTIONS, ServerConfig, ensure_running, status, stop
+from lakelog.spark.session import PARALLEL_GC, SHALLOW_INLINING
 
 LAKELOG = [sys.executable, "-m", "lakelog.cli"]
 #: Spark's own defaults: whole-stage code generation, generated code wherever it compiles.
@@ -79,6 +77,9 @@ SETTINGS = {
     "hotspot_inlining": {},
     "c2_less_inlining": {},
     "jit_minimal_inlining": {},
+    # lakelog's defaults, every tier's compile thresholds halved or doubled.
+    "compile_sooner": {},
+    "compile_later": {},
     # lakelog's defaults, plans Spark's single-pass analyzer supports resolved by it (Spark 4.1
     # and later; still under development there) instead of the fixed-point analyzer.
     "single_pass_analyzer": {"spark.sql.analyzer.singlePassResolver.enabledTentatively": "true"},
@@ -116,6 +117,8 @@ JAVA_OPTIONS = {
     "jit_minimal_inlining": f"{PARALLEL_GC} -XX:MaxInlineLevel=3 -XX:FreqInlineSize=35 "
                             "-XX:InlineSmallCode=300 -XX:MaxInlineSize=15 -XX:C1MaxInlineLevel=3 "
                             "-XX:C1MaxInlineSize=15",
+    "compile_sooner": f"{DEFAULT_JAVA_OPTIONS} -XX:CompileThresholdScaling=0.5",
+    "compile_later": f"{DEFAULT_JAVA_OPTIONS} -XX:CompileThresholdScaling=2",
 }
 
 

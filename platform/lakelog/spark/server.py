@@ -33,18 +33,13 @@ import pyspark
 from lakelog.errors import ConfigError, LakelogError
 from lakelog.procfs import stat_fields
 from lakelog.spark import class_archive
-from lakelog.spark.session import SERVER_LOG4J, SHALLOW_INLINING, session_conf
+from lakelog.spark.session import JAVA_OPTIONS, SERVER_LOG4J, session_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
 DEFAULT_DIR = Path.home() / ".lakelog" / "spark"
-#: The parallel collector: the JVM's default (G1) does part of its work in concurrent threads and
-#: barriers, which on a small machine take cores from the queries; the 100k demo took 17 % less
-#: time and its server 22 % less CPU with it (`benchmarks/bench_codegen.py`, setting ``g1_gc``:
-#: docs/spark.md).
-PARALLEL_GC = "-XX:+UseParallelGC"
-#: The server JVM's flags: the parallel collector and shallow inlining (`SHALLOW_INLINING`).
-DEFAULT_JAVA_OPTIONS = f"{PARALLEL_GC} {SHALLOW_INLINING}"
+#: The server JVM's flags: the parallel collector and shallow inlining (`session.JAVA_OPTIONS`).
+DEFAULT_JAVA_OPTIONS = JAVA_OPTIONS
 
 
 class ServerError(LakelogError):
@@ -58,8 +53,8 @@ class ServerConfig:
     `cores` sets a local master's threads (``local[<cores>]``); `master` may instead name a
     cluster (``spark://127.0.0.1:7077``). `conf` adds Spark settings; lakelog's required ones win.
     `java_options` are the server JVM's own flags: by default the parallel garbage collector
-    and shallow inlining (`DEFAULT_JAVA_OPTIONS`). `class_archives` is the folder of the servers' class-data sharing
-    archives (`lakelog.spark.class_archive`), None for none.
+    and shallow inlining (`DEFAULT_JAVA_OPTIONS`). `class_archives` is the folder of the
+    servers' class-data sharing archives (`lakelog.spark.class_archive`), None for none.
     """
 
     port: int = DEFAULT_PORT
