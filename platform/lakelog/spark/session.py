@@ -40,8 +40,8 @@ REQUIRED_CONF: Mapping[str, str] = {
 #: bytecodes, not 325; C1: 6 levels and 20 bytecodes, not 9 and 35). With generated code off,
 #: Spark's expressions are interpreted through megamorphic calls that inlining cannot remove, and
 #: a fresh JVM's compiler threads took a third of its CPU compiling deep inlined trees: the
-#: 100,000-event demo on a fresh server took 62-63 s against 72-79 s with HotSpot's inlining,
-#: the server's CPU 82 s against 107-116 s, and a warm server's demo the same 45 s
+#: 100,000-event demo on a fresh server took 62-63 s against 69-79 s with HotSpot's inlining,
+#: the server's CPU 82 s against 101-116 s, and a warm server's demo the same 45 s
 #: (`benchmarks/bench_codegen.py`, setting ``hotspot_inlining``: docs/spark.md).
 SHALLOW_INLINING = ("-XX:MaxInlineLevel=6 -XX:FreqInlineSize=50 -XX:InlineSmallCode=500 "
                     "-XX:MaxInlineSize=20 -XX:C1MaxInlineLevel=6 -XX:C1MaxInlineSize=20")
