@@ -48,8 +48,10 @@ import jfr_account
 from bench_common import SPARK_CODEGEN, spark_codegen
 from bench_common import busy_share, jvm_cpu_account, machine_jiffies
 
-from lakelog.spark.server import DEFAULT_JAVA_OPTIONS, ServerConfig, ensure_running, status, stop
-from lakelog.spark.session import PARALLEL_GC, SHALLOW_INLINING
+from lakelog.spark.server import (
+    DEFAULT_JAVA_OPTIONS, PARALLEL_GC, ServerConfig, ensure_running, status, stop,
+)
+from lakelog.spark.session import SHALLOW_INLINING
 
 LAKELOG = [sys.executable, "-m", "lakelog.cli"]
 #: Spark's own defaults: whole-stage code generation, generated code wherever it compiles.

@@ -1,6 +1,6 @@
-"""The flags of the JVMs lakelog starts (`lakelog.spark.session.JAVA_OPTIONS`): the parallel
-collector and shallow inlining, in a classic session's driver and the local server alike, and
-replaced whole by a user's own."""
+"""The flags of the JVMs lakelog starts: shallow inlining (`session.SHALLOW_INLINING`) in a
+classic session's driver and the local server alike, the server with the parallel collector
+too; a user's own flags replace them whole."""
 
 from __future__ import annotations
 
@@ -9,20 +9,19 @@ from pathlib import Path
 from processes import TEST_SERVER
 
 from lakelog.spark.server import DEFAULT_JAVA_OPTIONS, status
-from lakelog.spark.session import JAVA_OPTIONS, over_connect, session_conf
+from lakelog.spark.session import SHALLOW_INLINING, over_connect, session_conf
 
-FLAGS = JAVA_OPTIONS.split()
-
-
-def test_the_flags_are_the_collector_and_the_inlining():
-    assert FLAGS[0] == "-XX:+UseParallelGC"
-    assert "-XX:MaxInlineLevel=6" in FLAGS and "-XX:C1MaxInlineLevel=6" in FLAGS
-    assert DEFAULT_JAVA_OPTIONS == JAVA_OPTIONS
+INLINING = SHALLOW_INLINING.split()
 
 
-def test_a_classic_sessions_conf_carries_them_and_a_users_own_replace_them():
+def test_the_servers_flags_are_the_collector_and_the_inlining():
+    assert DEFAULT_JAVA_OPTIONS.split() == ["-XX:+UseParallelGC", *INLINING]
+    assert "-XX:MaxInlineLevel=6" in INLINING and "-XX:C1MaxInlineLevel=6" in INLINING
+
+
+def test_a_classic_sessions_conf_carries_the_inlining_and_a_users_own_replace_it():
     options = session_conf()["spark.driver.extraJavaOptions"].split()
-    assert options[0].startswith("-Dlog4j2.configurationFile=") and options[1:] == FLAGS
+    assert options[0].startswith("-Dlog4j2.configurationFile=") and options[1:] == INLINING
     mine = session_conf({"spark.driver.extraJavaOptions": "-Xss4m"})
     assert mine["spark.driver.extraJavaOptions"] == "-Xss4m"
 
@@ -35,8 +34,8 @@ def test_the_running_jvm_has_them(spark):
         assert pid is not None
         arguments = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
         options = next(a for a in arguments if a.startswith("spark.driver.extraJavaOptions="))
-        running = options.split("=", 1)[1].split()
+        running, expected = options.split("=", 1)[1].split(), DEFAULT_JAVA_OPTIONS.split()
     else:
         bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-        running = list(bean.getInputArguments())
-    assert set(FLAGS) <= set(running), sorted(set(FLAGS) - set(running))
+        running, expected = list(bean.getInputArguments()), INLINING
+    assert set(expected) <= set(running), sorted(set(expected) - set(running))

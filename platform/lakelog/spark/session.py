@@ -45,13 +45,6 @@ REQUIRED_CONF: Mapping[str, str] = {
 #: (`benchmarks/bench_codegen.py`, setting ``hotspot_inlining``: docs/spark.md).
 SHALLOW_INLINING = ("-XX:MaxInlineLevel=6 -XX:FreqInlineSize=50 -XX:InlineSmallCode=500 "
                     "-XX:MaxInlineSize=20 -XX:C1MaxInlineLevel=6 -XX:C1MaxInlineSize=20")
-#: The parallel collector: the JVM's default (G1) does part of its work in concurrent threads and
-#: barriers, which on a small machine take cores from the queries; the 100k demo took 17 % less
-#: time and its server 22 % less CPU with it (`benchmarks/bench_codegen.py`, setting ``g1_gc``),
-#: and 5 % less on a classic session (docs/spark.md).
-PARALLEL_GC = "-XX:+UseParallelGC"
-#: The flags of every JVM lakelog starts: a classic session's driver and the local server's.
-JAVA_OPTIONS = f"{PARALLEL_GC} {SHALLOW_INLINING}"
 
 #: Defaults for a local session; any of them can be overridden.
 LOCAL_DEFAULTS: Mapping[str, str] = {
@@ -78,7 +71,7 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     # time. Spark's own error (with the plan) is still raised; only the Python line is left out.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J.as_uri()} "
-                                     f"{JAVA_OPTIONS}",
+                                     f"{SHALLOW_INLINING}",
 }
 
 
