@@ -17,8 +17,9 @@ The settings alternate (off, on, off, on, ... for `--rounds`), so a drift of the
 touches both. More settings compare other per-query costs against lakelog's defaults:
 ``codegen_off_aqe_off`` (adaptive execution off), ``g1_gc`` (the JVM's default garbage
 collector, G1, instead of the parallel one lakelog's server runs with), the JIT's tiers,
-thresholds and inlining (``hotspot_inlining``: HotSpot's own, lakelog's before 2026-12-05), Spark's single-pass analyzer, the plan description posted at each execution, and
-the optimizer's folding of projections into local relations (`SETTINGS`).
+thresholds and inlining (``hotspot_inlining``: HotSpot's own, lakelog's before 2026-12-05),
+Spark's single-pass analyzer, constraint propagation, the plan description posted at each
+execution, and the optimizer's folding of projections into local relations (`SETTINGS`).
 
 With ``--ingest N`` it also times, in one classic local[N] session of this process,
 `ingest_topics` of N workload events into a fresh lake per attempt, the two code generation
@@ -89,11 +90,11 @@ SETTINGS = {
     # the UI's SQL tab at every execution (its default, ``formatted``, is every operator's
     # verbose string).
     "explain_simple": {"spark.sql.ui.explainMode": "simple"},
-    # lakelog's defaults but a projection or filter of a local relation (a held batch's rows)
-    # left to the query's tasks, not evaluated row by row by the optimizer of every query.
     # lakelog's defaults but no constraint propagation: the optimizer neither infers filters
     # from each operator's constraints nor prunes filters they imply.
     "no_constraint_propagation": {"spark.sql.constraintPropagation.enabled": "false"},
+    # lakelog's defaults but a projection or filter of a local relation (a held batch's rows)
+    # left to the query's tasks, not evaluated row by row by the optimizer of every query.
     "no_local_relation_folding": {
         "spark.sql.optimizer.excludedRules":
             "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"},

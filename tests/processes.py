@@ -27,6 +27,12 @@ TEST_SERVER = ServerConfig(
 )
 
 
+def server_java_options(pid: int) -> str:
+    """The ``spark.driver.extraJavaOptions=...`` argument of the server process `pid`."""
+    return next(a for a in Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+                if a.startswith("spark.driver.extraJavaOptions="))
+
+
 def free_port() -> int:
     """A free TCP port on loopback, for a server of a test's own."""
     with socket.socket() as s:

@@ -4,9 +4,7 @@ too; a user's own flags replace them whole."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from processes import TEST_SERVER
+from processes import TEST_SERVER, server_java_options
 
 from lakelog.spark.server import DEFAULT_JAVA_OPTIONS, status
 from lakelog.spark.session import SHALLOW_INLINING, over_connect, session_conf
@@ -32,8 +30,7 @@ def test_the_running_jvm_has_them(spark):
     if over_connect(spark):
         pid = status(TEST_SERVER).pid
         assert pid is not None
-        arguments = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
-        options = next(a for a in arguments if a.startswith("spark.driver.extraJavaOptions="))
+        options = server_java_options(pid)
         running, expected = options.split("=", 1)[1].split(), DEFAULT_JAVA_OPTIONS.split()
     else:
         bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()

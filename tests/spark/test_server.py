@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from processes import TEST_ARCHIVES, free_port, subprocess_env
+from processes import TEST_ARCHIVES, free_port, server_java_options, subprocess_env
 
 from lakelog.errors import ConfigError
 from lakelog.spark import class_archive
@@ -214,11 +214,6 @@ def test_a_pid_file_naming_another_process_is_no_server(tmp_path):
     assert stop(config) is None  # and nothing was signalled
 
 
-def _java_options(pid: int) -> str:
-    return next(a for a in Path(f"/proc/{pid}/cmdline").read_text().split("\0")
-                if a.startswith("spark.driver.extraJavaOptions="))
-
-
 @pytest.mark.slow
 def test_a_server_keeps_its_classes_for_the_next_one_to_map(server_env, tmp_path):
     (tmp_path / "kept").mkdir()  # through a symlink: the memory map shows the real path
@@ -229,14 +224,14 @@ def test_a_server_keeps_its_classes_for_the_next_one_to_map(server_env, tmp_path
     try:
         first = ensure_running(config)
         assert f"-XX:ArchiveClassesAtExit={class_archive.pending(final, config.port)}" in (
-            _java_options(first.pid))
+            server_java_options(first.pid))
         assert not final.exists()  # written as the server exits
         stop(config)
         assert final.exists() and final.stat().st_size > 0
         assert not class_archive.pending(final, config.port).exists()
 
         second = ensure_running(config)
-        assert f"-XX:SharedArchiveFile={final}" in _java_options(second.pid)
+        assert f"-XX:SharedArchiveFile={final}" in server_java_options(second.pid)
         maps = Path(f"/proc/{second.pid}/maps").read_text()
         assert str(final.resolve()) in maps  # the JVM took it: its classes are mapped
         log = config.file("log").read_text()
