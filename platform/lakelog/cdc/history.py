@@ -22,6 +22,7 @@ from pyspark.sql.window import Window
 
 from lakelog.cdc.changelog import META, ChangelogTable, change_rows
 from lakelog.consumers import BatchInput, Changes, Output
+from lakelog.lake.one_partition import few, one_partition
 from lakelog.lake.upsert import candidate_files
 
 VALIDITY = (
@@ -52,19 +53,21 @@ class HistoryTable(ChangelogTable):
         stored = batch.lake.read(snapshot, files=files, keys=new.select(*self.key).distinct(),
                                  key_columns=self.key)
         # The files read hold every stored version of the batch's keys: they are rewritten.
-        return {self.path: Changes(versions(stored, new, self.row, self.key), files=files)}
+        return {self.path: Changes(versions(stored, new, self.row, self.key,
+                                            together=few(files)), files=files)}
 
 
 def versions(
-    stored: DataFrame, new: DataFrame, row: T.StructType, key: tuple[str, ...]
+    stored: DataFrame, new: DataFrame, row: T.StructType, key: tuple[str, ...], *,
+    together: bool = False,
 ) -> DataFrame:
-    """All versions of the keys of `new`: stored ones and new ones, intervals re-derived."""
+    """All versions of the keys of `new`: stored ones and new ones, intervals re-derived;
+    with `together` (few stored rows), in one partition (`lakelog.lake.one_partition`)."""
     columns = [*row.fieldNames(), *(f.name for f in META)]
-    every = (
-        stored.select(*columns)
-        .unionByName(new.select(*columns))
-        .dropDuplicates([*key, "_position"])
-    )
+    every = stored.select(*columns).unionByName(new.select(*columns))
+    if together:
+        every = one_partition(every)
+    every = every.dropDuplicates([*key, "_position"])
     order = Window.partitionBy(*key).orderBy("_position")
     valid_to = F.lead("_commit_time").over(order)
     return every.select(

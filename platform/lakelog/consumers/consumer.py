@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile, Lake, Snapshot
 from lakelog.lake.merge_on_read import MergeKeys
+from lakelog.lake.one_partition import few
 from lakelog.log.offsets import RangeStats
 from lakelog.log.topics import Topic
 from lakelog.spark import local_checkpoints
@@ -110,6 +111,14 @@ class BatchInput:
 
     def current(self, output: Output) -> DataFrame:
         return self.lake.read(self.outputs[output.path])
+
+    def few(self, *outputs: Output) -> bool:
+        """Whether the batch's records (when their count is known: `stats`) and the stored
+        rows of `outputs` are few enough to work on in one partition, without shuffles
+        (`lakelog.lake.one_partition`)."""
+        stats = RangeStats.combined(self.stats.values())
+        stored = [f for o in outputs for f in self.outputs[o.path].files()]
+        return stats is not None and few(stored, records=stats.records)
 
     def cached(self, df: DataFrame) -> DataFrame:
         """`df` computed once, now, for the writes of the outputs cut from it: a local

@@ -47,6 +47,7 @@ from lakelog.cdc.compacted import latest_rows
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
 from lakelog.joins.side import check_choice, check_columns, check_name
+from lakelog.lake.one_partition import one_partition
 from lakelog.log.offsets import RangeStats
 
 How = Literal["inner", "left", "right", "full"]
@@ -141,6 +142,8 @@ class ChangelogJoin:
         before = batch.cached(_touched(stored, winners, stats and stats.records))
         after = before.where(~F.col("_replaced")).drop("_replaced").unionByName(
             winners.drop("_was"))
+        if batch.few(self.state):  # each side of the joins below in one partition
+            before, after = one_partition(before), one_partition(after)
         return {
             self.output.path: Changes(self.joined(after, batch=batch.batch),
                                       deletes=self.joined(before, batch=batch.batch)),

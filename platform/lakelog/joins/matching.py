@@ -42,6 +42,7 @@ from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
 from lakelog.joins.side import trailer
+from lakelog.lake.one_partition import one_partition
 from lakelog.log.records import record_json
 
 if TYPE_CHECKING:
@@ -94,11 +95,13 @@ def match_batch(
     after: datetime | None,
     batch: int,
     cache: Callable[[DataFrame], DataFrame] | None = None,
+    together: bool = False,
 ) -> Matches:
     """The outputs of one batch: `left`/`right` are its records, `buffer` the state before it,
     `before`/`after` the watermark before and after it (None: no record seen yet). `cache`
     keeps the rows the outputs are cut from (`BatchInput.cached`); without it they are computed
-    into a local checkpoint."""
+    into a local checkpoint. With `together` (few rows: `BatchInput.few`) they are matched in
+    one partition, without a shuffle."""
     keys = [_key(k) for k in join.keys]
     side = F.col("_side")
     new = F.col("_new")
@@ -108,8 +111,9 @@ def match_batch(
                       *[F.lit(None).cast(f.dataType).alias(f.name) for f in _ORIGIN])
         .unionByName(_as_buffer(join, left, "left"))
         .unionByName(_as_buffer(join, right, "right"))
-        .repartition(*keys)  # the one shuffle: the windows below keep this partitioning
     )
+    # The one shuffle, or none in one partition: the windows below keep this partitioning.
+    every = one_partition(every) if together else every.repartition(*keys)
     copies = Window.partitionBy(*keys, "_side", "_event_id").orderBy(
         "_new", "_partition", "_offset"
     )

@@ -153,6 +153,7 @@ class WindowJoin:
             after=watermark_of(batch.next_state),
             batch=batch.batch,
             cache=batch.cached,
+            together=batch.few(self.buffer),
         )
         return {
             self.output.path: result.joined,

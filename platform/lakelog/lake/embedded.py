@@ -33,6 +33,7 @@ from lakelog.lake import change_feed, data_files, delta_commit, driver_write, fo
 from lakelog.lake.changes import log_actions
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
+from lakelog.lake.one_partition import few, one_partition
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
 
 TABLE_DEFAULTS = {
@@ -186,7 +187,8 @@ class EmbeddedLake:
             return empty.withColumn(FILE, F.lit(None).cast("string")) if with_file else empty
         base = self.spark_path(snapshot.path)
         reader = spark.read.schema(schema).option("basePath", base)
-        return reader.parquet(*[f"{base}/{f.path}" for f in files]).select(*columns)
+        rows = reader.parquet(*[f"{base}/{f.path}" for f in files]).select(*columns)
+        return one_partition(rows) if few(files) else rows
 
     def write(
         self,

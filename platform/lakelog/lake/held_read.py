@@ -30,6 +30,7 @@ from pyspark.sql.types import (
 
 from lakelog.lake.base import Lake, Snapshot, is_small
 from lakelog.lake.merge_on_read import FILE, file_name, merge_keys
+from lakelog.lake.one_partition import one_partition
 
 _INDEX = "_lakelog_index"
 
@@ -86,12 +87,13 @@ def rows(lake: Lake, snapshot: Snapshot, table: pa.Table | None = None) -> DataF
 
 
 def frame(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
-    """Arrow rows as a DataFrame (a local relation) of `schema`'s columns, types and metadata.
+    """Arrow rows as a DataFrame (a local relation) of `schema`'s columns, types and metadata,
+    in one partition (`lakelog.lake.one_partition`: held rows are few).
 
     Given the schema, Spark reads each Arrow column as the type it is to have: a
     ``timestamp_ntz`` column stays a wall-clock time. Left to infer types, it takes a zone-less
     Arrow timestamp for a local time of the session's zone, which fails for a time that a
     daylight-saving gap skips there (2:30 on the day clocks go forward)."""
     if not table.num_rows:
-        return spark.createDataFrame([], schema)
-    return spark.createDataFrame(table.select(schema.fieldNames()), schema)
+        return one_partition(spark.createDataFrame([], schema))
+    return one_partition(spark.createDataFrame(table.select(schema.fieldNames()), schema))

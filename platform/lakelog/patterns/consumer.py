@@ -37,6 +37,7 @@ from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.consumers.watermarks import to_us, watermark_of
+from lakelog.lake.one_partition import one_partition
 from lakelog.log.offsets import RangeStats
 from lakelog.log.records import record_json
 from lakelog.patterns.matcher import Compiled, find
@@ -122,7 +123,9 @@ def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes | 
         kept = every
     else:
         match = partial(_match_batches, p.compiled(), to_us(after), tuple(p.key))
-        by_key = every.repartition(*p.key).sortWithinPartitions(*p.key, *ORDER)
+        # Each key's rows together, in order: in one partition when they are few.
+        spread = one_partition(every) if batch.few(state) else every.repartition(*p.key)
+        by_key = spread.sortWithinPartitions(*p.key, *ORDER)
         found = batch.cached(by_key.mapInArrow(match, T.StructType([*state.schema, *FOUND])))
         matches = _rows(p, found.where(F.col("_step") >= 0), batch=batch.batch)
         kept = found.where(F.col("_step") < 0).select(*state.schema.fieldNames())

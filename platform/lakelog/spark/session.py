@@ -53,6 +53,11 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
     "spark.sql.shuffle.partitions": "8",
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
+    # Sides that are each a single partition join without a shuffle, whatever their estimated
+    # size. By default Spark shuffles them when one is estimated over 128 MB, as rows from a
+    # join often are (Spark estimates a join as the product of its sides). lakelog puts only
+    # few rows in one partition (`lakelog.lake.one_partition`).
+    "spark.sql.maxSinglePartitionBytes": f"{2**63 - 1}b",
     # Each ingest generates ~120 classes; with Spark's default cache of 100 every round would
     # evict and recompile (and re-JIT) all of them. Static: takes effect at session start.
     "spark.sql.codegen.cache.maxEntries": "2000",

@@ -33,7 +33,7 @@ def versions(lake, key):
     ]
 
 
-def test_late_change_slots_in_and_intervals_are_rederived(lake, spark, now):
+def test_late_change_slots_in_and_intervals_are_rederived(lake, spark, now, partitions):
     apply(lake, spark, now, [change("c", 1, lsn=10, name="v1", ts=T0),
                              change("u", 1, lsn=30, name="v3", ts=T0 + 120_000)])
     # v2 arrives after v3, and v1 is replayed: v2 goes between, v1 stays once.
@@ -46,7 +46,8 @@ def test_late_change_slots_in_and_intervals_are_rederived(lake, spark, now):
     ]
 
 
-def test_delete_closes_the_last_version_and_nothing_is_current(lake, spark, now):
+def test_delete_closes_the_last_version_and_nothing_is_current(lake, spark, now,
+                                                               partitions):
     apply(lake, spark, now, [change("c", 1, lsn=10, name="v1", ts=T0),
                              change("c", 2, lsn=11, name="w1", ts=T0)])
     apply(lake, spark, now, [change("d", 1, lsn=40, ts=T0 + 180_000)])

@@ -16,6 +16,7 @@ from lakelog.cdc.changelog import changelog_topic
 from lakelog.cdc.compacted import CompactedTable
 from lakelog.errors import ConfigError
 from lakelog.joins import ChangelogJoin, changelog_join
+from lakelog.lake import one_partition
 from lakelog.log import ingest
 from lakelog.spark.session import over_connect
 
@@ -138,7 +139,8 @@ def test_incremental_equals_a_batch_join_of_the_current_rows(
     re-creates, delivered shuffled, partly twice, in random batches: after every batch the
     output is the join of each key's newest row among the changes delivered so far. The
     stored rows a batch touches are found with its winners broadcast (`broadcast`: these small
-    batches always are) or, as for a large batch, by a join that shuffles them."""
+    batches always are, and worked on in one partition) or, as for a large batch, by a join
+    that shuffles them, the rows spread over partitions."""
     found_by = []
     touched = changelog_join._touched
 
@@ -149,6 +151,7 @@ def test_incremental_equals_a_batch_join_of_the_current_rows(
     monkeypatch.setattr(changelog_join, "_touched", spied)
     if not broadcast:
         monkeypatch.setattr(changelog_join, "BROADCAST_WINNERS", -1)
+        monkeypatch.setattr(one_partition, "FEW_RECORDS", -1)
     rng = random.Random(seed)
     changes, seq = [], {ACCOUNTS.name: 0, OWNERS.name: 0}
     for _ in range(24):

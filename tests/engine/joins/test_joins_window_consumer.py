@@ -29,7 +29,7 @@ def table(lake, path):
     return lake.read(lake.snapshot(path)).collect()
 
 
-def test_search_clicks_end_to_end(lake, spark, now):
+def test_search_clicks_end_to_end(lake, spark, now, partitions):
     # s3 at minute 100 moves the watermark to 90: s1 and s9 close unmatched at once.
     deliver(lake, spark, now, searches=[
         search_line("s1", 22, query="q1"), search_line("s9", 25, query="q9"),

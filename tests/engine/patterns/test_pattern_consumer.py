@@ -16,6 +16,7 @@ from lakelog.consumers import checkpoints
 from lakelog.consumers.watermarks import Watermark, to_us
 from lakelog.demo.shop import CART_EVENTS, CLICKS, ORDERS, SEARCHES
 from lakelog.demo.shop_patterns import ABANDONED_CARTS, SEARCH_REFINEMENTS
+from lakelog.lake import one_partition
 from lakelog.log import ingest
 from lakelog.patterns.consumer import late, output, pending
 from lakelog.patterns.matcher import find
@@ -123,12 +124,16 @@ def _batch_matches(pattern, lines):
     return found
 
 
-@pytest.mark.parametrize("seed", [3, 4])
+@pytest.mark.parametrize("seed,spread", [(3, False), (4, True)])
 def test_search_refinements_in_random_batches_equal_one_batch_computation(lake, spark, now,
-                                                                           seed):
+                                                                           seed, spread,
+                                                                           monkeypatch):
     """Searches and clicks of three sessions, delivered in random batches and orders: every
     match found incrementally is the batch computation's over the events that were not late,
-    and nothing else."""
+    and nothing else; worked on in one partition, as lakelog works on few rows, or (`spread`)
+    over partitions, as on many (`lakelog.lake.one_partition`)."""
+    if spread:
+        monkeypatch.setattr(one_partition, "FEW_RECORDS", -1)
     rng = random.Random(seed)
     p = replace(SEARCH_REFINEMENTS, watermark=Watermark(lateness=timedelta(minutes=10),
                                                         idle_timeout=timedelta(minutes=5)))
