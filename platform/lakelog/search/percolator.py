@@ -36,6 +36,7 @@ from pyspark.sql.window import Window
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
 from lakelog.joins.side import check_choice, check_columns, check_name
+from lakelog.lake.one_partition import spread
 from lakelog.log.topics import Topic
 
 Op = Literal["=", "<=", ">=", "contains"]
@@ -62,10 +63,11 @@ class Condition:
     query: str
 
     def test(self) -> Column:
-        """The condition over a row of events joined with queries (query columns ``_q_*``)."""
+        """The condition over a row of events joined with queries (query columns ``_q_*``; a
+        ``contains`` test reads both sides' lower case, ``_lower``, computed once a row)."""
         event, query = F.col(_event(self.event)), F.col(_q(self.query))
         if self.op == "contains":
-            passed = F.lower(event).contains(F.lower(query))
+            passed = F.col(_lower(_event(self.event))).contains(F.col(_lower(_q(self.query))))
         else:
             passed = {"=": event == query, "<=": event <= query, ">=": event >= query}[self.op]
         return query.isNull() | F.coalesce(passed, F.lit(False))
@@ -178,16 +180,25 @@ class Percolator:
 
 def matches(percolator: Percolator, events: DataFrame, queries: DataFrame, *,
             batch: int) -> DataFrame:
-    """Output rows of `events` (topic records) matched with stored `queries` (state rows)."""
+    """Output rows of `events` (topic records) matched with stored `queries` (the state's
+    rows)."""
     p = percolator
     paths = dict.fromkeys([*(c.event for c in p.conditions), *(c for _, c in p.event_columns)])
+    # A case-insensitive test's lower case, once per event and per query, not once per pair:
+    # the join tests every pair.
+    texts = [c for c in p.conditions if c.op == "contains"]
     flat = events.select(
         *[F.col(path).alias(_event(path)) for path in paths],
+        *[F.lower(F.col(c.event)).alias(_lower(_event(c.event))) for c in texts],
         "event_id", "partition", "offset", "event_time",
     )
-    stored = queries.select(*[F.col(c).alias(_q(c)) for c in queries.columns])
+    # The state's columns as declared: `queries.columns` asks Spark Connect for them.
+    stored = queries.select(*[F.col(c).alias(_q(c)) for c in p.state.schema.fieldNames()],
+                            *[F.lower(F.col(c.query)).alias(_lower(_q(c.query))) for c in texts])
     test = reduce(lambda a, b: a & b, [c.test() for c in p.conditions])
-    return flat.join(stored, test, "inner").select(
+    # Every event is tested against every query: over the cores, not in the one partition a
+    # batch's held records come in (`lakelog.lake.one_partition`).
+    return spread(flat).join(stored, test, "inner").select(
         F.col(_q(p.id)).alias(p.id),
         *[F.col(_q(c)).alias(n) for n, c in p.query_columns],
         *[F.col(_event(c)).alias(n) for n, c in p.event_columns],
@@ -206,3 +217,7 @@ def _event(path: str) -> str:
 
 def _q(column: str) -> str:
     return "_q_" + column
+
+
+def _lower(name: str) -> str:
+    return "_lower" + name

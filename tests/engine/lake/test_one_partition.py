@@ -11,6 +11,7 @@ from pyspark.sql import types as T
 
 from lakelog.lake import held_read, one_partition
 from lakelog.lake.base import DataFile
+from lakelog.spark.session import over_connect
 
 SCHEMA = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.LongType())])
 
@@ -84,3 +85,13 @@ def test_single_partitions_join_without_a_shuffle_whatever_their_estimated_size(
     joined = left.join(right, "k")
     assert not shuffled(plan(joined, capsys))
     assert sorted((r["k"], r["w"]) for r in joined.collect()) == [(k, k * 10) for k in range(12)]
+
+
+def test_rows_costly_each_are_spread_over_a_classic_sessions_cores(spark, capsys):
+    table = pa.table({"k": list(range(40)), "v": list(range(40))})
+    rows = one_partition.spread(held_read.frame(spark, table, SCHEMA))
+    if over_connect(spark):  # as they are: spread over the server's shuffle partitions was slower
+        assert not shuffled(plan(rows, capsys))
+    else:
+        assert "RoundRobinPartitioning" in plan(rows, capsys)
+    assert sorted(r["k"] for r in rows.collect()) == list(range(40))
