@@ -22,7 +22,7 @@ from pyspark.sql.window import Window
 
 from lakelog.cdc.changelog import META, ChangelogTable, change_rows
 from lakelog.consumers import BatchInput, Changes, Output
-from lakelog.lake.one_partition import few, one_partition
+from lakelog.lake.one_partition import one_partition
 from lakelog.lake.upsert import candidate_files
 
 VALIDITY = (
@@ -54,7 +54,7 @@ class HistoryTable(ChangelogTable):
                                  key_columns=self.key)
         # The files read hold every stored version of the batch's keys: they are rewritten.
         return {self.path: Changes(versions(stored, new, self.row, self.key,
-                                            together=few(files)), files=files)}
+                                            together=batch.few(files=files)), files=files)}
 
 
 def versions(
@@ -62,7 +62,8 @@ def versions(
     together: bool = False,
 ) -> DataFrame:
     """All versions of the keys of `new`: stored ones and new ones, intervals re-derived;
-    with `together` (few stored rows), in one partition (`lakelog.lake.one_partition`)."""
+    with `together` (few rows: `BatchInput.few`), in one partition
+    (`lakelog.lake.one_partition`)."""
     columns = [*row.fieldNames(), *(f.name for f in META)]
     every = stored.select(*columns).unionByName(new.select(*columns))
     if together:

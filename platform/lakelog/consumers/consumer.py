@@ -112,12 +112,12 @@ class BatchInput:
     def current(self, output: Output) -> DataFrame:
         return self.lake.read(self.outputs[output.path])
 
-    def few(self, *outputs: Output) -> bool:
+    def few(self, *outputs: Output, files: Sequence[DataFile] = ()) -> bool:
         """Whether the batch's records (when their count is known: `stats`) and the stored
-        rows of `outputs` are few enough to work on in one partition, without shuffles
-        (`lakelog.lake.one_partition`)."""
+        rows of `outputs`, or of `files` (some of an output's), are few enough to work on in
+        one partition, without shuffles (`lakelog.lake.one_partition`)."""
         stats = RangeStats.combined(self.stats.values())
-        stored = [f for o in outputs for f in self.outputs[o.path].files()]
+        stored = [*files, *(f for o in outputs for f in self.outputs[o.path].files())]
         return stats is not None and few(stored, records=stats.records)
 
     def cached(self, df: DataFrame) -> DataFrame:

@@ -63,11 +63,10 @@ class Condition:
     query: str
 
     def test(self) -> Column:
-        """The condition over a row of events joined with queries (query columns ``_q_*``; a
-        ``contains`` test reads both sides' lower case, ``_lower``, computed once a row)."""
+        """The condition over a row of events joined with queries (query columns ``_q_*``)."""
         event, query = F.col(_event(self.event)), F.col(_q(self.query))
         if self.op == "contains":
-            passed = F.col(_lower(_event(self.event))).contains(F.col(_lower(_q(self.query))))
+            passed = F.lower(event).contains(F.lower(query))
         else:
             passed = {"=": event == query, "<=": event <= query, ">=": event >= query}[self.op]
         return query.isNull() | F.coalesce(passed, F.lit(False))
@@ -184,17 +183,12 @@ def matches(percolator: Percolator, events: DataFrame, queries: DataFrame, *,
     rows)."""
     p = percolator
     paths = dict.fromkeys([*(c.event for c in p.conditions), *(c for _, c in p.event_columns)])
-    # A case-insensitive test's lower case, once per event and per query, not once per pair:
-    # the join tests every pair.
-    texts = [c for c in p.conditions if c.op == "contains"]
     flat = events.select(
         *[F.col(path).alias(_event(path)) for path in paths],
-        *[F.lower(F.col(c.event)).alias(_lower(_event(c.event))) for c in texts],
         "event_id", "partition", "offset", "event_time",
     )
     # The state's columns as declared: `queries.columns` asks Spark Connect for them.
-    stored = queries.select(*[F.col(c).alias(_q(c)) for c in p.state.schema.fieldNames()],
-                            *[F.lower(F.col(c.query)).alias(_lower(_q(c.query))) for c in texts])
+    stored = queries.select(*[F.col(c).alias(_q(c)) for c in p.state.schema.fieldNames()])
     test = reduce(lambda a, b: a & b, [c.test() for c in p.conditions])
     # Every event is tested against every query: over the cores, not in the one partition a
     # batch's held records come in (`lakelog.lake.one_partition`).
@@ -217,7 +211,3 @@ def _event(path: str) -> str:
 
 def _q(column: str) -> str:
     return "_q_" + column
-
-
-def _lower(name: str) -> str:
-    return "_lower" + name
