@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from datetime import datetime, timedelta, timezone
 
@@ -77,15 +78,34 @@ def empty_checkpoint(lake, committed=None):
     return Checkpoint(cp.consumer, cp.snapshot, -1, committed or {}, None, {})
 
 
-def test_plan_caps_fairly_and_counts_retention_gaps(lake):
+def test_plan_shares_the_cap_by_backlog_and_counts_retention_gaps(lake):
     positions = {("t", 0): (0, 100), ("t", 1): (0, 3), ("t", 2): (50, 60)}
     plan = consumers.make_plan(empty_checkpoint(lake, {("t", 2): 40}), positions, max_records=20)
     assert plan.batch == 0 and plan.records == 20
-    assert plan.ranges[("t", 1)] == (0, 3)  # the small partition is not starved
-    assert plan.ranges[("t", 2)][0] == 50 and plan.skipped == {("t", 2): 10}
-    assert plan.ranges[("t", 0)][1] - plan.ranges[("t", 0)][0] >= 7
+    # One record each, then the other 17 by backlog (99, 2 and 9 of 110): 15.3, 0.3 and 1.4,
+    # and the one the fractions add up to goes to the largest (partition 2's).
+    assert plan.ranges == {("t", 0): (0, 16), ("t", 1): (0, 1), ("t", 2): (50, 53)}
+    assert plan.skipped == {("t", 2): 10}
     latest = consumers.make_plan(empty_checkpoint(lake), positions, max_records=10, start="latest")
     assert latest.ranges == {}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_plan_shares_stay_within_the_cap_and_the_backlogs(lake, seed):
+    rng = random.Random(seed)
+    checkpoint = empty_checkpoint(lake)
+    for _ in range(300):
+        heads = [rng.choice([0, rng.randint(1, 40), rng.randint(1, 10**6)])
+                 for _ in range(rng.randint(1, 6))]
+        cap = rng.randint(1, 2000)
+        plan = consumers.make_plan(checkpoint, {("t", p): (0, h) for p, h in enumerate(heads)},
+                                   max_records=cap)
+        took = [plan.ranges.get(("t", p), (0, 0))[1] for p in range(len(heads))]
+        assert sum(took) == min(cap, sum(heads)) and all(t <= h for t, h in zip(took, heads))
+        if cap >= sum(1 for h in heads if h):  # every partition with records gets some
+            assert all(t for t, h in zip(took, heads) if h)
+        if cap < sum(heads):  # in proportion, but for the one record each partition got first
+            assert all(abs(t - cap * h / sum(heads)) <= len(heads) for t, h in zip(took, heads))
 
 
 def test_runs_until_caught_up_exactly_once(lake, loaded):

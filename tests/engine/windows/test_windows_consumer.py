@@ -11,14 +11,15 @@ import json
 from datetime import timedelta
 
 import pytest
-from engine_helpers import BASE, CrashAfterCommit, record
+from pyspark.sql import functions as F
+from engine_helpers import BASE, CrashAfterCommit, make_topic, record
 
 from lakelog import consumers
 from lakelog.consumers import BatchInput, checkpoints
 from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, already_committed
-from lakelog.log import ingest
+from lakelog.log import ingest, offsets
 from lakelog.log.offsets import RangeStats, ensure_topic_table, read_offsets, topic_snapshot
 from lakelog.windows import Count, Session, Sum, Tumbling, WindowedAggregate
 from lakelog.windows import consumer as window_consumer
@@ -89,6 +90,30 @@ def test_update_mode_late_records_and_idle_ticks(spark, lake, topic, now):
     # Every window is final: the quiet stream's ticks stop (they resume once records arrive).
     assert consumers.run_batch(lake, consumer, topics, now=now + timedelta(minutes=20)) is None
     assert agg.watermark.idle(state, now + timedelta(minutes=20))  # without the windows' horizon
+
+
+def test_a_capped_catch_up_keeps_partitions_together_in_event_time(spark, lake, now):
+    """Two partitions over the same ten minutes, one three times as busy, caught up ten records
+    a batch: each batch takes from each partition in proportion to its backlog, so the quiet
+    partition does not run ahead and push the watermark past the busy one's windows (with
+    equal shares, 18 of the 40 records were late)."""
+    topic = make_topic("events", partitions=2)
+    candidates = spark.createDataFrame([(f"u{i}",) for i in range(20)], "user string")
+    partition = dict(candidates.select(
+        offsets.partition_of(F.col("user"), 2).alias("p"), "user").collect())
+    records = ([record(i, user=partition[0], seconds=20 * i) for i in range(30)]
+               + [record(100 + i, user=partition[1], seconds=60 * i) for i in range(10)])
+    produce(lake, spark, topic, records, now)
+    agg = WindowedAggregate(
+        "per_minute", (topic.name,), Tumbling(timedelta(minutes=1)), (Count("n"),),
+        watermark=Watermark(lateness=30 * SECOND, idle_timeout=timedelta(hours=1)),
+        max_records_per_batch=10,
+    )
+    done = consumers.run_until_caught_up(lake, agg.consumer, {topic.name: topic},
+                                         now=lambda: now)
+    assert [r.records for r in done] == [10, 10, 10, 10]
+    assert table(lake, agg.late_records.path).count() == 0
+    assert table(lake, agg.windows.path).agg(F.sum("n")).first()[0] == 40
 
 
 def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topic, now):
