@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 
-from pyspark.sql import Column
+from pyspark.sql import Column, WindowSpec
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -28,6 +28,32 @@ NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 #: A partial column of one side of a merge of two rows, by the partial's name.
 Side = Callable[[str], Column]
+
+
+def _between(column: Column, upto: WindowSpec, before: WindowSpec) -> Column:
+    """An additive aggregate over the rows in `upto` and not in `before` (which it holds)."""
+    return F.coalesce(column.over(upto), F.lit(0)) - F.coalesce(column.over(before), F.lit(0))
+
+
+def _sum_between(inp: Column, upto: WindowSpec, before: WindowSpec, *, floating: bool) -> Column:
+    """SQL SUM of `inp` over the rows in `upto` and not in `before`, as a difference of sums.
+
+    Null when no input there is not null. For floating-point inputs the difference is of the
+    finite values' sums, and a NaN or infinity there gives what SUM gives (NaN for a NaN or both
+    infinities, else the infinity): one that left the frame must not make it NaN. A difference
+    may round the last digits otherwise than a sum of the frame's own rows."""
+    n = _between(F.count(inp), upto, before)
+    if not floating:
+        return F.when(n > 0, _between(F.sum(inp), upto, before))
+    inf = float("inf")
+
+    def seen(condition: Column) -> Column:
+        return _between(F.count(F.when(condition, F.lit(1))), upto, before) > 0
+
+    nan, above, below = seen(F.isnan(inp)), seen(inp == F.lit(inf)), seen(inp == F.lit(-inf))
+    finite = _between(F.sum(F.when(F.abs(inp) < F.lit(inf), inp)), upto, before)
+    return (F.when(n == 0, F.lit(None)).when(nan | (above & below), F.lit(float("nan")))
+            .when(above, F.lit(inf)).when(below, F.lit(-inf)).otherwise(finite))
 
 
 def _added(a: Column, b: Column) -> Column:
@@ -77,6 +103,16 @@ class Aggregation(ABC):
         """Aggregate functions (in `partials` order, cast by the caller) over normalized inputs;
         plain aggregate functions, so they also work over a window frame."""
 
+    def between(self, inp: Column, upto: WindowSpec, before: WindowSpec) -> list[Column] | None:
+        """The `aggregate` partials over the rows of frame `upto` that are not in `before`, as
+        differences of aggregates over the two (in `partials` order, cast by the caller); None
+        when an aggregate cannot be taken back that way (a least value, a sketch).
+
+        A sliding window's frame ``(t - size, t]`` is all rows up to ``t`` less all rows up to
+        ``t - size``: Spark aggregates a frame that only grows in one pass, where one that also
+        loses rows at the back is aggregated anew at every row (`lakelog.windows.sliding`)."""
+        return None
+
     @abstractmethod
     def merge(self) -> list[Column]:
         """Aggregate functions (in `partials` order, cast by the caller) over stored partials."""
@@ -120,6 +156,9 @@ class Count(Aggregation):
 
     def aggregate(self, inp: Column) -> list[Column]:
         return [F.count(inp)]
+
+    def between(self, inp: Column, upto: WindowSpec, before: WindowSpec) -> list[Column] | None:
+        return [_between(F.count(inp), upto, before)]
 
     def merge(self) -> list[Column]:
         return [F.sum(self._partial("count"))]
@@ -171,6 +210,10 @@ class Sum(_Typed):
 
     def aggregate(self, inp: Column) -> list[Column]:
         return [F.sum(inp)]
+
+    def between(self, inp: Column, upto: WindowSpec, before: WindowSpec) -> list[Column] | None:
+        floating = isinstance(self.dtype, (T.FloatType, T.DoubleType))
+        return [_sum_between(inp, upto, before, floating=floating)]
 
     def merge(self) -> list[Column]:
         return [F.sum(self._partial("sum"))]
@@ -240,6 +283,10 @@ class Avg(Aggregation):
 
     def aggregate(self, inp: Column) -> list[Column]:
         return [F.sum(inp), F.count(inp)]
+
+    def between(self, inp: Column, upto: WindowSpec, before: WindowSpec) -> list[Column] | None:
+        return [_sum_between(inp, upto, before, floating=True),
+                _between(F.count(inp), upto, before)]
 
     def merge(self) -> list[Column]:
         return [F.sum(self._partial("sum")), F.sum(self._partial("n"))]

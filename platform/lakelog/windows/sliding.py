@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from lakelog.windows.frames import (
-    END, START, T_US, aggregated, final_at, input_names, partial_names, per_group,
+    END, START, T_US, final_at, input_names, partial_names, per_group,
 )
 from lakelog.windows.kinds import Sliding
 from lakelog.windows.late import late_rows, window_closed
@@ -76,6 +76,32 @@ def _wanted(
         stored = (stored.join(bounds, groups, "left") if groups
                   else stored.crossJoin(bounds))  # one row, null bounds when nothing applies
     return stored.where(near if due is None else near | due)
+
+
+def framed(agg: WindowedAggregate, groups: list[str], size: int) -> list[Column]:
+    """``_touched`` (1 when a new row is in the frame) and the partials over each row's frame
+    ``(t - size, t]`` of its group.
+
+    Spark aggregates a frame that also loses rows at the back anew at every row: for a batch's
+    ~1,700 rows of a shop-wide hour (~720 rows a frame) that was 0.46 s of interpreted
+    aggregates a batch. So each partial that can be taken back (`Aggregation.between`) is the
+    aggregate over all the rows up to ``t`` less the one over all up to ``t - size``, two frames
+    that only grow, each aggregated in one pass; only the others (least and greatest values,
+    sketches) are aggregated over the frame itself."""
+    order = per_group(groups).orderBy(T_US)
+    upto = order.rangeBetween(Window.unboundedPreceding, 0)
+    before = order.rangeBetween(Window.unboundedPreceding, -size)
+    frame = order.rangeBetween(-(size - 1), 0)
+    new = F.sum("_new")
+    columns = [F.when((new.over(upto) - F.coalesce(new.over(before), F.lit(0))) > 0, 1)
+               .otherwise(0).alias("_touched")]
+    for a in agg.aggregates:
+        inp = F.col(a.input_name)
+        parts = a.between(inp, upto, before)
+        if parts is None:
+            parts = [column.over(frame) for column in a.aggregate(inp)]
+        columns += [c.cast(f.dataType).alias(f.name) for c, f in zip(parts, a.partials())]
+    return columns
 
 
 def step(
@@ -153,10 +179,7 @@ def step(
         F.when(is_new, same_event(F.lag) & (F.lag("_new").over(order) == 1))
         .otherwise(same_event(F.lead)).alias("_replaced"),
     ).where(~F.col("_replaced"))
-    frame = per_group(groups).orderBy(T_US).rangeBetween(-(size - 1), 0)
-    computed = both.select(
-        "*", F.max("_new").over(frame).alias("_touched"), *aggregated(agg, over=frame)
-    )
+    computed = both.select("*", *framed(agg, groups, size))
     t = F.col(T_US)
     touched = F.col("_touched") == 1
     closes = F.lit(False) if due is None else (~is_new & ~F.col("_was_final") & final_at(t, after))

@@ -6,9 +6,15 @@ import warnings
 from datetime import timedelta
 
 import pytest
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from windows_helpers import at, by_key, events, local, public, stored, watermark, with_span
 
-from lakelog.windows import Count, Sliding, Sum, WindowedAggregate, apply_batch, batch_windows
+from lakelog.windows import (
+    Avg, Count, Min, Sliding, Sum, WindowedAggregate, apply_batch, batch_windows,
+)
+from lakelog.windows.sliding import framed as sliding_framed
 
 AGGREGATES = (Count("n"), Sum("total", "x"))
 
@@ -164,3 +170,39 @@ def test_the_watermark_closes_open_rows_no_event_reaches_as_they_are_stored(
         # (e195, final already and its frame without the event, is not written again)
         "e210": (4, 60.0, 1, False, 1),  # (180, 210]: e190, e195, e200 and itself
     }
+
+
+def test_partials_from_growing_frames_equal_the_frames_own(spark):
+    """Count, sum and mean over ``(t - size, t]`` are taken as all rows up to ``t`` less all up
+    to ``t - size`` (`sliding.framed`); they must equal the frame's own aggregates, with nulls,
+    peers, a row exactly ``size`` back, and NaN and infinities that enter and leave the frame."""
+    inf, nan = float("inf"), float("nan")
+    xs = [1.5, None, 2.0, inf, 3.0, None, -inf, 4.0, nan, 5.0, 6.0, None, 7.25, 8.0]
+    times = [0, 5, 5, 10, 30, 31, 40, 45, 60, 75, 100, 101, 130, 131]
+    data = [(g, t, x, None if x is None or x != x or abs(x) == inf else int(x))
+            for g in ("a", "b") for t, x in zip(times, xs if g == "a" else xs[::-1])]
+    df = spark.createDataFrame(data, "g string, _t_us long, x double, k long").withColumn(
+        "_new", F.lit(1))
+    agg = WindowedAggregate(
+        "w", ("t",), Sliding(timedelta(microseconds=30)),
+        (Count("n"), Count("xs", "x"), Sum("total", "x"), Sum("ints", "k", dtype=T.LongType()),
+         Sum("exact", "k", dtype=T.DecimalType(12, 2)), Avg("mean", "x"), Min("low", "x")),
+        group_by=("g",),
+    )
+    inputs = df.select("g", "_t_us", "_new", *[a.input().alias(a.input_name)
+                                                for a in agg.aggregates])
+    frame = Window.partitionBy("g").orderBy("_t_us").rangeBetween(-29, 0)
+    own = [c.over(frame).cast(f.dataType).alias(f.name) for a in agg.aggregates
+           for c, f in zip(a.aggregate(F.col(a.input_name)), a.partials())]
+    names = [f.name for a in agg.aggregates for f in a.partials()]
+    got = inputs.select("g", "_t_us", *sliding_framed(agg, ["g"], 30)).orderBy("g", "_t_us")
+    want = inputs.select("g", "_t_us", *own).orderBy("g", "_t_us")
+
+    def plain(row):  # NaN equal to NaN
+        return tuple("NaN" if isinstance(v, float) and v != v else v for v in row)
+
+    got_rows, want_rows = got.collect(), want.collect()
+    assert all(r["_touched"] == 1 for r in got_rows)
+    assert [plain(r[n] for n in ["g", "_t_us", *names]) for r in got_rows] == [
+        plain(r) for r in want_rows]
+    assert {r["_total_sum"] for r in got_rows} >= {inf, -inf}  # both are seen
