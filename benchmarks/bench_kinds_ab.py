@@ -19,8 +19,9 @@ session defaults (`LOCAL_DEFAULTS`' ``spark.sql.*`` that a session may set) on i
 JVM flags and static settings are the server's. With ``--mode classic`` each run is a
 ``local[2]`` session of its own, with its own version's settings.
 
-Prints one JSON object: per side the runs' medians per kind, and per kind both sides' mean
-and the change in per cent.
+Prints one JSON object: per kind both sides' medians, the change of their means in per cent,
+and for a kind with a late table the rows each run's timed batches sent there (a side that drops
+records is cheaper for it).
 """
 
 from __future__ import annotations
@@ -80,18 +81,23 @@ def child(args: argparse.Namespace) -> dict:
         prior = bp.prime_lake(lake, 5000, args.only)
         bp.land_new_records(lake, prior, args.events, args.shop_changes)
         ingest.ingest_topics(lake, spark, [bp.SHOP.topic("orders")], now=bp.now)
-        medians = {}
+        medians, late = {}, {}
         for consumer in bp.chosen_consumers(args.only):
             capped = replace(consumer, max_records_per_batch=1000)
-            seconds = []
+            seconds, dropped = [], []
             for _ in range(args.batches):
+                before = bp.late_rows(lake, consumer)
                 started = time.perf_counter()
                 if bp.one_batch(lake, capped) is None:
                     break
                 seconds.append(time.perf_counter() - started)
+                if before is not None:
+                    dropped.append(bp.late_rows(lake, consumer) - before)
             timed = seconds[5:]
             medians[consumer.name] = round(statistics.median(timed), 3) if timed else None
-        return medians
+            if dropped:
+                late[consumer.name] = sum(dropped[5:])
+        return {"medians": medians, "late_rows": late}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -147,12 +153,16 @@ def main() -> None:
                         str(work / "checkout")], check=False)
         shutil.rmtree(work, ignore_errors=True)
     kinds = {}
-    for name in runs["after"][0]:
-        got = {side: [r[name] for r in runs[side] if r.get(name) is not None] for side in runs}
+    for name in runs["after"][0]["medians"]:
+        got = {side: [r["medians"][name] for r in runs[side]
+                      if r["medians"].get(name) is not None] for side in runs}
         if all(got.values()):
             b, a = statistics.mean(got["before"]), statistics.mean(got["after"])
             kinds[name] = {"before": got["before"], "after": got["after"],
                            "change_pct": round(100 * (a / b - 1), 1)}
+            if name in runs["after"][0]["late_rows"]:  # a side that drops records is cheaper
+                kinds[name]["late_rows"] = {side: [r["late_rows"].get(name) for r in runs[side]]
+                                            for side in runs}
     print(json.dumps({"config": vars(args), "kinds": kinds}, indent=1))
 
 
