@@ -55,14 +55,12 @@ def input_names(agg: WindowedAggregate) -> list[str]:
     return [a.input_name for a in agg.aggregates]
 
 
-def aggregated(agg: WindowedAggregate, over: WindowSpec | None = None) -> list[Column]:
-    """The partials aggregated from the events' inputs (per group, or over a window frame)."""
-    columns = []
-    for a in agg.aggregates:
-        for column, field in zip(a.aggregate(F.col(a.input_name)), a.partials()):
-            column = column if over is None else column.over(over)
-            columns.append(column.cast(field.dataType).alias(field.name))
-    return columns
+def aggregated(agg: WindowedAggregate) -> list[Column]:
+    """The partials aggregated from the events' inputs, per group (a sliding window's frames:
+    `lakelog.windows.sliding.framed`)."""
+    return [column.cast(field.dataType).alias(field.name)
+            for a in agg.aggregates
+            for column, field in zip(a.aggregate(F.col(a.input_name)), a.partials())]
 
 
 def merged(agg: WindowedAggregate) -> list[Column]:
