@@ -30,7 +30,7 @@ NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 Side = Callable[[str], Column]
 
 
-def _between(column: Column, upto: WindowSpec, before: WindowSpec) -> Column:
+def over_difference(column: Column, upto: WindowSpec, before: WindowSpec) -> Column:
     """An additive aggregate over the rows in `upto` and not in `before` (which it holds)."""
     return F.coalesce(column.over(upto), F.lit(0)) - F.coalesce(column.over(before), F.lit(0))
 
@@ -42,16 +42,16 @@ def _sum_between(inp: Column, upto: WindowSpec, before: WindowSpec, *, floating:
     finite values' sums, and a NaN or infinity there gives what SUM gives (NaN for a NaN or both
     infinities, else the infinity): one that left the frame must not make it NaN. A difference
     may round the last digits otherwise than a sum of the frame's own rows."""
-    n = _between(F.count(inp), upto, before)
+    n = over_difference(F.count(inp), upto, before)
     if not floating:
-        return F.when(n > 0, _between(F.sum(inp), upto, before))
+        return F.when(n > 0, over_difference(F.sum(inp), upto, before))
     inf = float("inf")
 
     def seen(condition: Column) -> Column:
-        return _between(F.count(F.when(condition, F.lit(1))), upto, before) > 0
+        return over_difference(F.count(F.when(condition, F.lit(1))), upto, before) > 0
 
     nan, above, below = seen(F.isnan(inp)), seen(inp == F.lit(inf)), seen(inp == F.lit(-inf))
-    finite = _between(F.sum(F.when(F.abs(inp) < F.lit(inf), inp)), upto, before)
+    finite = over_difference(F.sum(F.when(F.abs(inp) < F.lit(inf), inp)), upto, before)
     return (F.when(n == 0, F.lit(None)).when(nan | (above & below), F.lit(float("nan")))
             .when(above, F.lit(inf)).when(below, F.lit(-inf)).otherwise(finite))
 
@@ -158,7 +158,7 @@ class Count(Aggregation):
         return [F.count(inp)]
 
     def between(self, inp: Column, upto: WindowSpec, before: WindowSpec) -> list[Column] | None:
-        return [_between(F.count(inp), upto, before)]
+        return [over_difference(F.count(inp), upto, before)]
 
     def merge(self) -> list[Column]:
         return [F.sum(self._partial("count"))]
@@ -286,7 +286,7 @@ class Avg(Aggregation):
 
     def between(self, inp: Column, upto: WindowSpec, before: WindowSpec) -> list[Column] | None:
         return [_sum_between(inp, upto, before, floating=True),
-                _between(F.count(inp), upto, before)]
+                over_difference(F.count(inp), upto, before)]
 
     def merge(self) -> list[Column]:
         return [F.sum(self._partial("sum")), F.sum(self._partial("n"))]

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from lakelog.windows.frames import (
     END, START, T_US, final_at, input_names, partial_names, per_group,
 )
+from lakelog.windows.aggregates import over_difference
 from lakelog.windows.kinds import Sliding
 from lakelog.windows.late import late_rows, window_closed
 from lakelog.windows.pruning import SLACK_US
@@ -92,9 +93,8 @@ def framed(agg: WindowedAggregate, groups: list[str], size: int) -> list[Column]
     upto = order.rangeBetween(Window.unboundedPreceding, 0)
     before = order.rangeBetween(Window.unboundedPreceding, -size)
     frame = order.rangeBetween(-(size - 1), 0)
-    new = F.sum("_new")
-    columns = [F.when((new.over(upto) - F.coalesce(new.over(before), F.lit(0))) > 0, 1)
-               .otherwise(0).alias("_touched")]
+    touched = over_difference(F.sum("_new"), upto, before) > 0
+    columns = [F.when(touched, 1).otherwise(0).alias("_touched")]
     for a in agg.aggregates:
         inp = F.col(a.input_name)
         parts = a.between(inp, upto, before)
