@@ -30,7 +30,10 @@ from lakelog.demo.pipeline import pipeline as shop_pipeline
 pytestmark = pytest.mark.slow
 
 LAKELOG = [sys.executable, "-m", "lakelog.cli"]
-DEMO = ["demo", "--events", "20000", "--batches", "2", "--seed", "11"]
+# 30,000 events are 30 simulated minutes of sessions: enough for the abandoned-cart pattern (30
+# minutes after a cart's first add, its watermark following the slower of carts and orders) to
+# decide carts.
+DEMO = ["demo", "--events", "30000", "--batches", "2", "--seed", "11"]
 
 
 def env() -> dict[str, str]:
@@ -76,7 +79,7 @@ def demo_home(tmp_path_factory):
 
 def test_demo_then_lag_and_topics(demo_home):
     home, summary = demo_home
-    assert summary["appended"] == 20000  # the workload has exactly 20,000 distinct events
+    assert summary["appended"] == 30000  # the workload has exactly 30,000 distinct events
     assert summary["read"] == summary["appended"] + summary["duplicates"] + summary["dead_letters"]
     assert summary["duplicates"] > 0 and summary["dead_letters"] > 0
 
@@ -100,7 +103,7 @@ def test_demo_then_lag_and_topics(demo_home):
             assert o["records"] == len(offsets) == o["head"] - o["start"]
             if len(offsets):
                 assert o["head"] == pc.max(offsets).as_py() + 1 and o["start"] == 0
-    assert sum(t["records"] for t in topics if t["topic"] in shop.TOPICS) == 20000
+    assert sum(t["records"] for t in topics if t["topic"] in shop.TOPICS) == 30000
 
     # Checkouts of the cart aggregate became orders, each published once.
     assert len(table(home, "streams/cart_orders")) == len(table(home, "log/cart_orders")) > 0

@@ -104,10 +104,11 @@ def test_pipeline_sensor_ticks_a_quiet_window_consumer(shop_lake, resources, con
 
 
 def test_a_pattern_asset_writes_decided_matches_and_reports_its_watermark(shop_lake, resources):
-    """Abandoned carts within 2 s: c-u1's add (event time 6 s) has no order by 8 s (it comes at
-    9 s), and the watermark (9 s, no lateness) has passed 8 s; c-u2's window (7-9 s) is still
-    open, so its add and the remove after it stay pending."""
-    carts = replace(ABANDONED_CARTS, within=timedelta(seconds=2), watermark=Watermark())
+    """Abandoned carts within 1.5 s: c-u1's add (event time 6 s) has no order by 7.5 s (it comes
+    at 9 s), and the watermark has passed 7.5 s: 8 s, the time of the last cart event (the
+    slower topic; no lateness); c-u2's window (7-8.5 s) is still open, so its add and the
+    remove after it stay pending."""
+    carts = replace(ABANDONED_CARTS, within=timedelta(seconds=1.5), watermark=Watermark())
     result = dg.materialize([consumer_asset(carts.consumer, TOPICS)], resources=resources)
     assert result.success
     metadata = events(result, ["streams", "abandoned_carts"])

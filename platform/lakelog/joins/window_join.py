@@ -20,10 +20,11 @@ per microbatch (`lakelog.joins.matching` has the rules step by step):
   right records that a future left record could still match, one row each. A left record
   leaves it when its window closes, a right record when the watermark passes its time, so the
   state holds the last ``within + lateness`` of the left stream and the last ``lateness`` of
-  the right one (in event time), however long the join runs.
+  the right one (in event time, behind the slower input), however long the join runs.
 
-The watermark (`lakelog.consumers.watermarks`, in the consumer's checkpoint) is the greatest
-event time seen on either input minus `watermark.lateness`. A record older than the watermark
+The watermark (`lakelog.consumers.watermarks`, in the consumer's checkpoint) follows the slower
+input: the least of the inputs' greatest event times, minus `watermark.lateness` (an input quiet
+for `idle_timeout` holds nothing back). A record older than the watermark
 before its batch is late. In particular a right record for a left record whose window already
 closed is always late (the window closed because the watermark passed ``left_time + within``,
 which is at or after the right record's time): it goes to the late table, and **the left
@@ -42,15 +43,14 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
+from lakelog.consumers import event_times
 from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.errors import ConfigError
 from lakelog.joins import late, matching
 from lakelog.joins.side import TRAILER, Side, check_choice, check_columns, check_name
-from lakelog.log.offsets import RangeStats
 
 
 How = Literal["left", "right", "full"]
@@ -128,20 +128,16 @@ class WindowJoin:
         return self.watermark.idle(state, now, horizon=self.within)
 
     def advance(self, batch: BatchInput) -> dict[str, Any]:
-        """The watermark after this batch: its greatest event time on either input, or the idle
-        rule of `Watermark` for an empty batch. The batch's `RangeStats` know it when both
-        inputs join on their records' `event_time` and the batch took whole files or was read
-        in this process."""
-        stats = RangeStats.combined(batch.stats.values())
-        if stats is not None and self.left.time == self.right.time == "event_time":
-            top = stats.event_time and stats.event_time[1]
-        else:
-            times = batch.records[self.left.topic.name].select(F.col(self.left.time).alias("t"))
-            times = times.unionByName(
-                batch.records[self.right.topic.name].select(F.col(self.right.time).alias("t"))
-            )
-            top = times.agg(F.max("t")).first()[0]
-        return self.watermark.advance(batch.state, top, batch.now)
+        """The watermark after this batch: from each input's greatest event time (it follows
+        the slower input), or the idle rule of `Watermark` for an empty batch. The batch's
+        `RangeStats` know them when both inputs join on their records' `event_time` and the
+        batch took whole files or was read in this process."""
+        sides = (self.left, self.right)
+        known = self.left.time == self.right.time == "event_time"
+        latest = (event_times.from_stats(batch.stats, [s.topic.name for s in sides])
+                  if known else None) or event_times.greatest(
+            [(s.topic.name, batch.records[s.topic.name], s.time) for s in sides])
+        return self.watermark.advance(batch.state, latest, batch.now)
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:
         result = matching.match_batch(

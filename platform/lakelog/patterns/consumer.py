@@ -19,8 +19,9 @@ Per microbatch, in this order:
    Spark from the matched events), the late events, and last the state: the events from each
    key's first undecided start on, replacing the pending table.
 
-The watermark (consumer state, `lakelog.consumers.watermarks`) is the greatest event time seen
-on any of the topics less the allowed lateness; an idle tick advances it on a quiet stream.
+The watermark (consumer state, `lakelog.consumers.watermarks`) follows the slowest topic: the
+least of the topics' greatest event times, less the allowed lateness (a topic quiet for
+`idle_timeout` holds nothing back); an idle tick advances it on a quiet stream.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
+from lakelog.consumers import event_times
 from lakelog.consumers.watermarks import to_us, watermark_of
 from lakelog.lake.one_partition import one_partition
 from lakelog.log.offsets import RangeStats
@@ -95,17 +97,13 @@ def consumer(p: Pattern) -> Consumer:
 
 
 def advance(p: Pattern, batch: BatchInput) -> dict[str, Any]:
-    """The watermark after this batch, from the batch's `RangeStats` when they tell the greatest
-    event time (the log's file statistics, or its records read here), else from a pass over
-    them."""
-    stats = RangeStats.combined(batch.stats.values())
-    if stats is not None:
-        top = stats.event_time and stats.event_time[1]
-    else:
-        times = reduce(DataFrame.unionByName, [batch.records[t.name].select("event_time")
-                                               for t in p.topics])
-        top = times.agg(F.max("event_time")).first()[0]
-    return p.watermark.advance(batch.state, top, batch.now)
+    """The watermark after this batch, from each topic's greatest event time: the batch's
+    `RangeStats` tell it (the log's file statistics, or its records read here), else a pass over
+    the records finds it."""
+    topics = [t.name for t in p.topics]
+    latest = event_times.from_stats(batch.stats, topics) or event_times.greatest(
+        [(t, batch.records[t], "event_time") for t in topics])
+    return p.watermark.advance(batch.state, latest, batch.now)
 
 
 def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes | None]:

@@ -2,8 +2,9 @@
 
 Per microbatch (`lakelog.consumers.run_batch` does the plan, the writes and the offset commit):
 
-1. `advance` moves the watermark with the greatest event time of the batch's records (all of
-   them, before `prepare` filters any), or with the wall clock when an idle tick runs an empty
+1. `advance` moves the watermark with each topic's greatest event time of the batch's records
+   (all of them, before `prepare` filters any; the watermark follows the slowest topic,
+   `lakelog.consumers.watermarks`), or with the wall clock when an idle tick runs an empty
    batch; the state is committed with the batch, so a retry sees the same watermarks. When the
    batch's `RangeStats` do not know that time (a batch cut inside log files and read by Spark),
    `advance` finds it in the events' first pass (`updates.scan`, given the records' times when a `prepare` made
@@ -26,14 +27,14 @@ computed from.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial, reduce
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakelog.consumers import BatchInput, Changes, Consumer
+from lakelog.consumers import BatchInput, Changes, Consumer, event_times
 from lakelog.consumers.watermarks import from_us, to_us, watermark_of
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
@@ -99,17 +100,15 @@ def prepared(
 def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     if batch.now is None:
         raise ConfigError(f"windowed aggregate {agg.name}: a batch needs its planned time `now`")
-    stats = RangeStats.combined(batch.stats.values())
-    if stats is not None:  # the batch's RangeStats know the greatest event time
-        latest_us = None if stats.event_time is None else to_us(stats.event_time[1])
-    else:  # one pass over the events, for both steps, which also finds the records' latest time
-        times = None if agg.prepare is None else reduce(
-            DataFrame.unionByName, [r.select("event_time") for r in batch.records.values()])
+    latest = event_times.from_stats(batch.stats, agg.topics)
+    if latest is None:  # one pass over the events, for both steps, which also finds the times
+        records = None if agg.prepare is None else {
+            t: batch.records[t].select("event_time") for t in agg.topics}
         scanned = scan(agg, prepared(agg, batch.records, batch.schemas), keep=batch.cached,
-                       records=times, watermark_before=watermark_of(batch.state))
+                       records=records, watermark_before=watermark_of(batch.state))
         batch.scratch[SCANNED] = scanned
-        latest_us = scanned.latest_us
-    latest = None if latest_us is None else from_us(latest_us)
+        latest = {t: None if us is None else from_us(us) for t, us in (
+            scanned.latest_by_topic or {agg.topics[0]: scanned.latest_us}).items()}
     return agg.watermark.advance(batch.state, latest, batch.now)
 
 

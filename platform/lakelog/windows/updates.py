@@ -23,8 +23,8 @@ late: what a replay of the retained log computes, and what the incremental resul
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
 from typing import TYPE_CHECKING
@@ -67,7 +67,8 @@ class Scanned:
 
     `span_us` is the least and greatest event time of the events that have a window, or a
     range containing them (None: no such event), `latest_us` the greatest event time of all
-    events, or of all records when the pass was given them (what moves the watermark).
+    events, or of all records when the pass was given them (what moves the watermark), and
+    `latest_by_topic` each topic's greatest record time when it was given them (else empty).
     `partials` (tumbling and hopping windows) are `fixed.partials` of the events (None: not
     computed yet). `any_late` / `any_invalid`: whether an event may fall into a window final
     before the batch / have no window (True when not known). `windows`: how many (window,
@@ -80,6 +81,7 @@ class Scanned:
     span_us: tuple[int, int] | None
     latest_us: int | None
     partials: DataFrame | None = None
+    latest_by_topic: Mapping[str, int | None] = field(default_factory=dict)
     any_late: bool = True
     any_invalid: bool = True
     windows: int | None = None
@@ -109,14 +111,16 @@ def _normalized(
 #: Marks the rows of `_facts`' own frame, apart from the records' times unioned in.
 _MINE = "_lakelog_mine"
 _RECORD_US = "_lakelog_record_us"
+_TOPIC = "_lakelog_topic"
 
 
 def _facts(
     frame: DataFrame, facts: Callable[[Column], dict[str, Column]], latest: Column,
-    records: DataFrame | None, *, one_task: bool,
-) -> Row:
+    records: Mapping[str, DataFrame] | None, *, one_task: bool,
+) -> tuple[Row, dict[str, int | None]]:
     """One row of `facts` (given a column true on `frame`'s rows: an aggregate must count only
-    those) and ``latest``: `latest` over `frame`, or the greatest time of `records` when given.
+    those) and ``latest``: `latest` over `frame`, or the greatest time of `records` when given;
+    and then, each topic's greatest time in `records`.
 
     One Spark job: the records' times are unioned under `frame`'s rows, where an aggregate of
     each joined took four jobs over Spark Connect (each side's shuffle and final aggregate under
@@ -124,16 +128,21 @@ def _facts(
     most by default), in one task, which reads them in well under a second where every job
     more costs tens of ms; otherwise (a replay's pass over a whole log) in parallel.
     """
-    mine = F.col(_MINE)
-    if records is not None:
+    mine, topics = F.col(_MINE), list(records or ())
+    if records:
         marked = frame.withColumn(_MINE, F.lit(True))
-        times = records.select(F.unix_micros(F.col("event_time")).alias(_RECORD_US))
+        times = reduce(DataFrame.unionByName, [
+            r.select(F.unix_micros(F.col("event_time")).alias(_RECORD_US),
+                     F.lit(i).alias(_TOPIC)) for i, r in enumerate(records.values())])
         frame, latest = marked.unionByName(times, allowMissingColumns=True), F.max(_RECORD_US)
     else:
         mine = F.lit(True)
-    aggregates = [c.alias(name) for name, c in facts(mine).items()]
-    return (frame.coalesce(1) if one_task else frame).agg(*aggregates,
-                                                          latest.alias("latest")).first()
+    aggregates = [c.alias(name) for name, c in facts(mine).items()] + [
+        F.max(F.when(F.col(_TOPIC) == i, F.col(_RECORD_US))).alias(f"_latest{i}")
+        for i in range(len(topics))]
+    row = (frame.coalesce(1) if one_task else frame).agg(*aggregates,
+                                                         latest.alias("latest")).first()
+    return row, {t: row[f"_latest{i}"] for i, t in enumerate(topics)}
 
 
 def scan(
@@ -142,13 +151,13 @@ def scan(
     *,
     watermark_before: datetime | None,
     keep: Callable[[DataFrame], DataFrame] | None = None,
-    records: DataFrame | None = None,
+    records: Mapping[str, DataFrame] | None = None,
 ) -> Scanned:
     """The batch's first pass over `events` (prepared): see `Scanned`.
 
-    `records` (an `event_time` column of all the batch's records, when a `prepare` made the
-    events of them and may have dropped some) gives `latest_us` in the same Spark job: the
-    watermark moves with every record.
+    `records` (each topic's records of the batch, or their `event_time` column, when a `prepare`
+    made the events of them and may have dropped some) gives `latest_us` and `latest_by_topic`
+    in the same Spark job: the watermark moves with every record, of the slowest topic.
 
     `keep` computes a frame once, now, and keeps its rows (`BatchInput.cached`): tumbling and
     hopping windows keep their partials (a local checkpoint without it); session and sliding
@@ -159,7 +168,7 @@ def scan(
     if not isinstance(agg.window, (Tumbling, Hopping)):
         valid = F.col("_invalid").isNull()
         late_event = (sessions if isinstance(agg.window, Session) else sliding).late_event
-        span = _facts(normalized, lambda mine: {
+        span, latest = _facts(normalized, lambda mine: {
             "lo": F.min(F.when(mine & valid, F.col(T_US))),
             "hi": F.max(F.when(mine & valid, F.col(T_US))),
             "late": F.max(mine & valid & late_event(_us(watermark_before))),
@@ -168,11 +177,12 @@ def scan(
         return Scanned(
             normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"],
             any_late=bool(span["late"]), any_invalid=bool(span["invalid"]),
+            latest_by_topic=latest,
         )
     found = (keep or _checkpoint)(fixed.partials(agg, normalized))
     windowed = F.col(START).isNotNull()
     end = F.col(START) + F.lit(agg.window.size_us)
-    facts = _facts(found, lambda mine: {  # a few rows per window
+    facts, latest = _facts(found, lambda mine: {  # a few rows per window
         "lo": F.min(F.when(mine & windowed, F.col("_lo_us"))),
         "hi": F.max(F.when(mine & windowed, F.col("_hi_us"))),
         "late": F.max(mine & windowed & final_at(end, _us(watermark_before))),
@@ -187,6 +197,7 @@ def scan(
         any_late=bool(facts["late"]),
         any_invalid=bool(facts["invalid"]),
         windows=facts["windows"],
+        latest_by_topic=latest,
     )
 
 

@@ -43,6 +43,35 @@ CONSUMER = Consumer(
 )
 
 
+def test_the_watermark_of_several_inputs_follows_the_slowest():
+    s = timedelta(seconds=1)
+    state = MARK.advance({}, {"views": BASE + 60 * s, "orders": BASE + 300 * s}, T0)
+    assert watermark_of(state) == BASE + 50 * s  # the views hold it, less the lateness
+    assert state["max_event_us"] == to_us(BASE + 300 * s)  # what an idle tick moves on from
+    # An input with no record yet does not hold the others back.
+    assert watermark_of(MARK.advance({}, {"views": BASE + 60 * s, "orders": None}, T0)) == (
+        BASE + 50 * s)
+    # The views pass the orders: now the orders, seen before, hold it.
+    state = MARK.advance(state, {"views": BASE + 400 * s, "orders": None}, T0 + s)
+    assert watermark_of(state) == BASE + 290 * s
+    # An input quiet for the idle timeout holds no one back, until its records come again.
+    quiet = MARK.advance(state, {"views": BASE + 500 * s, "orders": None}, T0 + 5 * 60 * s)
+    assert watermark_of(quiet) == BASE + 490 * s
+    back = MARK.advance(quiet, {"views": BASE + 600 * s, "orders": BASE + 350 * s},
+                        T0 + 6 * 60 * s)
+    assert watermark_of(back) == BASE + 490 * s  # the orders hold it there: it never moves back
+    assert watermark_of(MARK.advance(back, {"views": BASE + 700 * s, "orders": None},
+                                     T0 + 7 * 60 * s)) == BASE + 490 * s
+    # Without an idle timeout, a silent input holds the watermark, as in Spark.
+    held = Watermark(lateness=10 * s)
+    state = held.advance({}, {"views": BASE + 60 * s, "orders": BASE + 30 * s}, T0)
+    state = held.advance(state, {"views": BASE + 900 * s, "orders": None}, T0 + 3600 * s)
+    assert watermark_of(state) == BASE + 20 * s
+    # One input is the plain rule: no per-input state.
+    assert MARK.advance({}, {"views": BASE + 60 * s}, T0) == MARK.advance({}, BASE + 60 * s, T0)
+    assert "inputs" not in MARK.advance({}, {"views": BASE}, T0)
+
+
 def test_watermark_rules():
     state = MARK.advance({}, BASE + timedelta(seconds=30), T0)
     assert watermark_of(state) == BASE + timedelta(seconds=20)

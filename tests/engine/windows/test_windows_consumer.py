@@ -116,6 +116,28 @@ def test_a_capped_catch_up_keeps_partitions_together_in_event_time(spark, lake, 
     assert table(lake, agg.windows.path).agg(F.sum("n")).first()[0] == 40
 
 
+def test_a_consumer_of_two_topics_keeps_its_watermark_with_the_slower(spark, lake, now):
+    """Orders that come minutes after the page views (the end of a visit), caught up ten records
+    a batch: each batch's orders run ahead of its views in event time. The watermark follows the
+    slower topic, so no view is late (with the greatest time of both, 23 of the 30 were)."""
+    views, orders = make_topic("views"), make_topic("orders")
+    produce(lake, spark, views, [record(i, seconds=20 * i) for i in range(30)], now)
+    produce(lake, spark, orders, [record(100 + i, seconds=300 + 60 * i) for i in range(10)], now)
+    agg = WindowedAggregate(
+        "per_minute", (views.name, orders.name), Tumbling(timedelta(minutes=1)), (Count("n"),),
+        watermark=Watermark(lateness=30 * SECOND, idle_timeout=timedelta(hours=1)),
+        prepare=lambda r: r[views.name].unionByName(r[orders.name]), max_records_per_batch=10,
+    )
+    done = consumers.run_until_caught_up(
+        lake, agg.consumer, {views.name: views, orders.name: orders}, now=lambda: now)
+    assert [r.records for r in done] == [10, 10, 10, 10]
+    assert table(lake, agg.late_records.path).count() == 0
+    assert table(lake, agg.windows.path).agg(F.sum("n")).first()[0] == 40
+    state = checkpoints.load(lake, agg.consumer.name).state
+    # the views' last (580 s, 1 s more once corrected for the device clock) less 30 s
+    assert watermark_of(state) == BASE + timedelta(seconds=581 - 30)
+
+
 def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topic, now):
     agg = WindowedAggregate(
         "visits", (topic.name,), Session(gap=timedelta(minutes=1)),

@@ -152,7 +152,7 @@ def test_a_pass_over_prepared_events_finds_the_latest_time_of_all_records(spark,
             ("e4", 10, "c", 1.0, "u"), ("e5", None, "c", 1.0, "u")]
     kept = events(spark, rows[:2])  # what a prepare left of them
     found = scan(agg, kept, watermark_before=at(40),
-                 records=events(spark, rows).select("event_time"))
+                 records={"t": events(spark, rows)})
     alone = scan(agg, kept, watermark_before=at(40))
     assert found.latest_us == to_us(at(200))
     assert alone.latest_us == to_us(at(70))
@@ -161,11 +161,17 @@ def test_a_pass_over_prepared_events_finds_the_latest_time_of_all_records(spark,
     # and when the events themselves are late and invalid, the records change nothing of it
     dirty = events(spark, [rows[0], rows[3], rows[4]])
     found = scan(agg, dirty, watermark_before=at(60),
-                 records=events(spark, rows).select("event_time"))
+                 records={"t": events(spark, rows)})
     alone = scan(agg, dirty, watermark_before=at(60))
     assert (found.any_late, found.any_invalid, found.windows, found.span_us) == (
         True, True, alone.windows, alone.span_us)
     assert found.latest_us == to_us(at(200))
+    # of several topics, each topic's greatest time too, for a watermark of the slowest
+    found = scan(agg, dirty, watermark_before=at(60),
+                 records={"a": events(spark, rows[:2]), "b": events(spark, rows[2:]),
+                          "c": events(spark, [])})
+    assert found.latest_us == to_us(at(200)) and alone.latest_by_topic == {}
+    assert found.latest_by_topic == {"a": to_us(at(70)), "b": to_us(at(200)), "c": None}
 
 
 @pytest.mark.parametrize("kind", [Tumbling(MINUTE), Session(gap=MINUTE), Sliding(MINUTE)])

@@ -1,0 +1,34 @@
+"""The greatest event time of each of a batch's inputs: what moves its consumer's watermark
+(`lakelog.consumers.watermarks`, which follows the slowest input)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import reduce
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from lakelog.log.offsets import RangeStats
+
+
+def from_stats(stats: Mapping[str, RangeStats | None],
+               topics: Sequence[str]) -> dict[str, datetime | None] | None:
+    """Each topic's greatest `event_time` from the batch's `RangeStats` (None for a topic with no
+    record), or None when the statistics of one are not known: then only a read can tell."""
+    if any(stats.get(t) is None for t in topics):
+        return None
+    return {t: stats[t].event_time and stats[t].event_time[1] for t in topics}
+
+
+def greatest(times: Sequence[tuple[str, DataFrame, str]]) -> dict[str, datetime | None]:
+    """The greatest value of each input's times, given as (input, frame, timestamp column), in
+    one Spark job; frames of the same input (a join of a topic with itself) count together."""
+    names = list(dict.fromkeys(name for name, _, _ in times))
+    tagged = reduce(DataFrame.unionByName, [
+        frame.select(F.col(column).alias("t"), F.lit(names.index(name)).alias("input"))
+        for name, frame, column in times])
+    row = tagged.agg(*(F.max(F.when(F.col("input") == i, F.col("t"))).alias(f"t{i}")
+                       for i in range(len(names)))).first()
+    return {name: row[i] for i, name in enumerate(names)}
