@@ -42,11 +42,16 @@ def _rows(the_lake, path: str) -> int:
 
 
 def event_time_metadata(state: Mapping[str, object]) -> dict[str, dg.MetadataValue]:
-    """The watermark and greatest event time of a consumer that keeps them (windows, joins)."""
+    """The watermark and greatest event time of a consumer that keeps them (windows, joins); of
+    a consumer of several topics also each topic's, the least of which holds the watermark."""
     found = {}
     for key, label in (("watermark_us", "watermark"), ("max_event_us", "max_event_time")):
         if isinstance(state.get(key), int):
             found[label] = dg.MetadataValue.timestamp(from_us(state[key]))
+    inputs = state.get("inputs")
+    for topic, seen in sorted(inputs.items()) if isinstance(inputs, Mapping) else ():
+        found[f"max_event_time of {topic}"] = dg.MetadataValue.timestamp(
+            from_us(seen["max_event_us"]))
     return found
 
 
