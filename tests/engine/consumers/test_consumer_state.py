@@ -11,10 +11,11 @@ from pyspark.sql import types as T
 
 from lakelog import consumers
 from lakelog.consumers import BatchInput, Changes, Consumer, Output
-from lakelog.consumers import checkpoints
+from lakelog.consumers import checkpoints, event_times
 from lakelog.consumers.watermarks import Watermark, from_us, to_us, watermark_of
 from lakelog.errors import ConfigError
 from lakelog.log import ingest
+from lakelog.log.offsets import RangeStats
 
 MARK = Watermark(lateness=timedelta(seconds=10), idle_timeout=timedelta(minutes=5))
 SEEN = Output(
@@ -70,6 +71,24 @@ def test_the_watermark_of_several_inputs_follows_the_slowest():
     # One input is the plain rule: no per-input state.
     assert MARK.advance({}, {"views": BASE + 60 * s}, T0) == MARK.advance({}, BASE + 60 * s, T0)
     assert "inputs" not in MARK.advance({}, {"views": BASE}, T0)
+
+
+def test_each_inputs_greatest_event_time(spark):
+    """From the batch's statistics when each topic's are known, else in one pass; a topic with
+    no record has none, and frames of one input (a topic joined with itself) count together."""
+    stats = {"a": RangeStats(2, (BASE, BASE + timedelta(seconds=5)), {}),
+             "b": RangeStats(0, None, {})}
+    assert event_times.from_stats(stats, ["a", "b"]) == {"a": BASE + timedelta(seconds=5),
+                                                         "b": None}
+    assert event_times.from_stats({**stats, "b": None}, ["a", "b"]) is None
+    schema = "t timestamp, u timestamp"
+    a = spark.createDataFrame([(BASE, BASE + timedelta(seconds=9)), (BASE + timedelta(seconds=3),
+                                                                     None)], schema)
+    b = spark.createDataFrame([(None, BASE)], schema)
+    c = spark.createDataFrame([], schema)
+    found = event_times.greatest([("a", a, "t"), ("b", b, "t"), ("a", a, "u"), ("c", c, "t")])
+    local = {k: v if v is None else v.astimezone(timezone.utc) for k, v in found.items()}
+    assert local == {"a": BASE + timedelta(seconds=9), "b": None, "c": None}
 
 
 def test_watermark_rules():

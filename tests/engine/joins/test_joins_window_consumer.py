@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from joins_helpers import at, click_line, local, search_line
@@ -72,3 +73,21 @@ def test_search_clicks_end_to_end(lake, spark, now, partitions):
     later = now + timedelta(hours=4)
     assert JOIN.watermark.idle(state, later) and not JOIN.consumer.idle_tick(state, later)
     assert consumers.run_until_caught_up(lake, JOIN.consumer, TOPICS, now=lambda: later) == []
+
+
+def test_a_capped_catch_up_with_clicks_ahead_of_searches_drops_nothing(lake, spark, now):
+    """Thirty searches a minute apart, then clicks on the last ten, caught up ten records a
+    batch: the clicks' share of each batch runs minutes ahead of the searches' in event time.
+    The watermark follows the searches, so none is late and every click finds its search
+    (with the greatest time of both, 6 of the searches were late)."""
+    join = replace(JOIN, max_records_per_batch=10)
+    ingest.produce(lake, spark, SEARCHES, [search_line(f"s{i}", i, query=f"q{i}")
+                                           for i in range(30)], source="test", now=now)
+    ingest.produce(lake, spark, CLICKS, [click_line(f"c{i}", i + 0.5, query=f"q{i}")
+                                         for i in range(20, 30)], source="test", now=now)
+    done = consumers.run_until_caught_up(lake, join.consumer, TOPICS, now=lambda: now)
+    assert [r.records for r in done] == [10, 10, 10, 10]
+    assert table(lake, join.late.path) == []
+    clicked = {r["search_event_id"]: r["click_event_id"] for r in table(lake, join.output.path)
+               if r["clicked"]}
+    assert clicked == {f"s{i}": f"c{i}" for i in range(20, 30)}
