@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
+from lakelog.consumers import event_times
 from lakelog.consumers.watermarks import to_us
 from lakelog.windows import fixed, late, sessions, sliding
 from lakelog.windows.frames import START, T_US, final_at, finish, from_table, normalize
@@ -128,21 +129,20 @@ def _facts(
     most by default), in one task, which reads them in well under a second where every job
     more costs tens of ms; otherwise (a replay's pass over a whole log) in parallel.
     """
-    mine, topics = F.col(_MINE), list(records or ())
+    mine, by_topic = F.col(_MINE), {}
     if records:
         marked = frame.withColumn(_MINE, F.lit(True))
-        times = reduce(DataFrame.unionByName, [
-            r.select(F.unix_micros(F.col("event_time")).alias(_RECORD_US),
-                     F.lit(i).alias(_TOPIC)) for i, r in enumerate(records.values())])
+        times, by_topic = event_times.tagged(
+            [(t, F.unix_micros(F.col("event_time"))) for t in records], list(records.values()),
+            value=_RECORD_US, tag=_TOPIC)
         frame, latest = marked.unionByName(times, allowMissingColumns=True), F.max(_RECORD_US)
     else:
         mine = F.lit(True)
     aggregates = [c.alias(name) for name, c in facts(mine).items()] + [
-        F.max(F.when(F.col(_TOPIC) == i, F.col(_RECORD_US))).alias(f"_latest{i}")
-        for i in range(len(topics))]
+        c.alias(f"_latest{i}") for i, c in enumerate(by_topic.values())]
     row = (frame.coalesce(1) if one_task else frame).agg(*aggregates,
                                                          latest.alias("latest")).first()
-    return row, {t: row[f"_latest{i}"] for i, t in enumerate(topics)}
+    return row, {t: row[f"_latest{i}"] for i, t in enumerate(by_topic)}
 
 
 def scan(
