@@ -232,12 +232,17 @@ def _process(
         log = logs[name]
         (records[name], stats[name]), schemas[name] = read_range(lake, log, mine), log.schema
     planned_at = max(p.checkpoint.updated_at or now for p in group)  # a retry: the same time
+    count = sum(p.plan.records for p in group)
+    # Known from the plan alone, so a retry sees the same: the cap's shares took from every
+    # partition with a backlog, in proportion, and most of them have more.
+    cut = {} if count < consumer.max_records_per_batch else {
+        name: tuple(sorted(part for (t, part) in ranges if t == name))
+        for name in consumer.topics}
     batch = BatchInput(
         lake, max(p.plan.batch for p in group), records, snapshots, now=planned_at,
         state=group[0].checkpoint.state if len(group) == 1 else {}, stats=stats,
-        schemas=schemas,
+        schemas=schemas, cut=cut,
     )
-    count = sum(p.plan.records for p in group)
     try:
         if consumer.advance:  # a consumer alone: a group's partitions keep no state
             group[0].state = consumer.advance(batch)

@@ -95,7 +95,10 @@ class BatchInput:
     file statistics, or from the records when they were read in this process, or None where
     only a Spark read of the records can tell: facts a transform takes from them cost no Spark
     job. `schemas` are, per topic, the records' schema as the log's metadata gives it
-    (empty: not known), so a transform need not ask Spark for it.
+    (empty: not known), so a transform need not ask Spark for it. `cut`: per topic, the log
+    partitions the batch read when it took its whole `max_records_per_batch`, each of which may
+    hold records past it (empty: the batch took all there was); a watermark does not pass them
+    (`lakelog.consumers.event_times`).
     """
 
     lake: Lake
@@ -108,6 +111,7 @@ class BatchInput:
     scratch: dict[str, Any] = field(default_factory=dict)
     stats: Mapping[str, RangeStats | None] = field(default_factory=dict)
     schemas: Mapping[str, T.StructType] = field(default_factory=dict)
+    cut: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def current(self, output: Output) -> DataFrame:
         return self.lake.read(self.outputs[output.path])

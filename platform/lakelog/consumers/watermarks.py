@@ -11,7 +11,8 @@ page-views topic, or a catch-up that reads one topic's backlog faster, would oth
 slower input's records late. An input counts from its first record on; one that has had no
 record for `idle_timeout` (when set) stops holding the others back until it has records again,
 as Flink's idleness does. Without `idle_timeout`, a silent input holds the watermark, as in
-Spark.
+Spark. A batch cut short by its cap also holds the watermark at the slowest log partition it
+left records in (`hold`: `lakelog.consumers.event_times`).
 
 A quiet stream would otherwise never close its last windows. So when no record has arrived for
 `idle_timeout` of processing time, event time is taken to move on with the wall clock: the
@@ -65,13 +66,16 @@ class Watermark:
 
     def advance(
         self, state: Mapping[str, Any],
-        max_event_time: datetime | Mapping[str, datetime | None] | None, now: datetime,
+        max_event_time: datetime | Mapping[str, datetime | None] | None, now: datetime, *,
+        hold: datetime | None = None,
     ) -> dict[str, Any]:
         """The state after a batch whose greatest event time is `max_event_time` (None: empty).
 
         A consumer of several inputs gives a mapping instead: each input's greatest event time
         in the batch (None: no record of it), every input named, so that the watermark follows
-        the slowest one (see the module's doc)."""
+        the slowest one (see the module's doc). `hold`: an event time the watermark does not
+        pass, less the lateness, in this batch (that of log partitions with records still
+        waiting: `lakelog.consumers.event_times`); it never moves the watermark back."""
         inputs = max_event_time if isinstance(max_event_time, Mapping) else None
         times = [t for t in (inputs.values() if inputs is not None else [max_event_time])
                  if t is not None]
@@ -86,7 +90,7 @@ class Watermark:
                 new["inputs"] = self._inputs(state.get("inputs", {}), inputs, at)
                 top = min(seen["max_event_us"] for seen in new["inputs"].values()
                           if not self._quiet(seen, at))
-            mark = top - to_us(self.lateness)
+            mark = min(top, to_us(hold) if hold is not None else top) - to_us(self.lateness)
         elif self.idle(state, now):
             idle_for = at - state["arrival_us"]
             mark = state["max_event_us"] + idle_for - to_us(self.lateness)

@@ -129,15 +129,16 @@ class WindowJoin:
 
     def advance(self, batch: BatchInput) -> dict[str, Any]:
         """The watermark after this batch: from each input's greatest event time (it follows
-        the slower input), or the idle rule of `Watermark` for an empty batch. The batch's
+        the slower input; a batch cut short by its cap, also its slowest log partition), or the
+        idle rule of `Watermark` for an empty batch. The batch's
         `RangeStats` know them when both inputs join on their records' `event_time` and the
         batch took whole files or was read in this process."""
         sides = (self.left, self.right)
         known = self.left.time == self.right.time == "event_time"
-        latest = (event_times.from_stats(batch.stats, [s.topic.name for s in sides])
+        latest = (event_times.from_stats(batch.stats, [s.topic.name for s in sides], batch.cut)
                   if known else None) or event_times.greatest(
-            [(s.topic.name, batch.records[s.topic.name], s.time) for s in sides])
-        return self.watermark.advance(batch.state, latest, batch.now)
+            [(s.topic.name, batch.records[s.topic.name], s.time) for s in sides], batch.cut)
+        return self.watermark.advance(batch.state, latest.by_input, batch.now, hold=latest.hold)
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:
         result = matching.match_batch(

@@ -13,7 +13,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
 
@@ -271,6 +271,9 @@ class RangeStats:
     event_time: tuple[datetime, datetime] | None
     #: Nulls per column, for the columns whose statistics have them.
     nulls: Mapping[str, int]
+    #: Per log partition, the greatest `event_time` of its records (one topic's ranges; a
+    #: partition whose records all lack one is left out).
+    latest: Mapping[int, datetime] = field(default_factory=dict)
 
     @staticmethod
     def of(records: pa.Table) -> RangeStats:
@@ -278,15 +281,19 @@ class RangeStats:
         exactly those records would give them."""
         bounds = pc.min_max(records.column("event_time"))
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        latest = records.group_by("partition").aggregate([("event_time", "max")]).to_pydict()
         return RangeStats(
             records=records.num_rows,
             event_time=None if low is None else (low, high),
             nulls={name: records.column(name).null_count for name in records.column_names},
+            latest={p: t for p, t in zip(latest["partition"], latest["event_time_max"])
+                    if t is not None},
         )
 
     @staticmethod
     def combined(stats: Iterable[RangeStats | None]) -> RangeStats | None:
-        """The stats of several topics' ranges together (None if one is not known)."""
+        """The stats of several topics' ranges together (None if one is not known), without
+        `latest`, whose partitions are each topic's own."""
         found = list(stats)
         if any(s is None for s in found):
             return None
@@ -305,14 +312,16 @@ def range_stats(snapshot: Snapshot, ranges: Mapping[int, tuple[int, int]]) -> Ra
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     files = _range_files(snapshot, wanted)
     nulls: dict[str, int] = {}
-    lows, highs = [], []
+    lows, highs, latest = [], [], {}
     for f in files:
-        start, end = wanted[int(f.partition_values["partition"])]
+        partition = int(f.partition_values["partition"])
+        start, end = wanted[partition]
         if f.min_values.get("offset", -1) < start or f.max_values.get("offset", end) >= end:
             return None
         if "event_time" in f.min_values:
             lows.append(f.min_values["event_time"])
             highs.append(f.max_values["event_time"])
+            latest[partition] = max(highs[-1], latest.get(partition, highs[-1]))
         elif f.null_counts.get("event_time") != f.num_records:
             return None
         for column, n in f.null_counts.items():
@@ -322,6 +331,7 @@ def range_stats(snapshot: Snapshot, ranges: Mapping[int, tuple[int, int]]) -> Ra
         records=sum(f.num_records for f in files),
         event_time=(min(lows), max(highs)) if lows else None,
         nulls={c: n for c, n in nulls.items() if c in known},
+        latest=latest,
     )
 
 

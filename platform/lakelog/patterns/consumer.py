@@ -97,13 +97,13 @@ def consumer(p: Pattern) -> Consumer:
 
 
 def advance(p: Pattern, batch: BatchInput) -> dict[str, Any]:
-    """The watermark after this batch, from each topic's greatest event time: the batch's
-    `RangeStats` tell it (the log's file statistics, or its records read here), else a pass over
-    the records finds it."""
+    """The watermark after this batch, from each topic's greatest event time (and, for a batch
+    cut short, its partitions'): the batch's `RangeStats` tell it (the log's file statistics,
+    or its records read here), else a pass over the records finds it."""
     topics = [t.name for t in p.topics]
-    latest = event_times.from_stats(batch.stats, topics) or event_times.greatest(
-        [(t, batch.records[t], "event_time") for t in topics])
-    return p.watermark.advance(batch.state, latest, batch.now)
+    latest = event_times.from_stats(batch.stats, topics, batch.cut) or event_times.greatest(
+        [(t, batch.records[t], "event_time") for t in topics], batch.cut)
+    return p.watermark.advance(batch.state, latest.by_input, batch.now, hold=latest.hold)
 
 
 def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes | None]:

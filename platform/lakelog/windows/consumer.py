@@ -100,16 +100,22 @@ def prepared(
 def advance(agg: WindowedAggregate, batch: BatchInput) -> dict[str, Any]:
     if batch.now is None:
         raise ConfigError(f"windowed aggregate {agg.name}: a batch needs its planned time `now`")
-    latest = event_times.from_stats(batch.stats, agg.topics)
+    latest = event_times.from_stats(batch.stats, agg.topics, batch.cut)
     if latest is None:  # one pass over the events, for both steps, which also finds the times
-        records = None if agg.prepare is None else {
-            t: batch.records[t].select("event_time") for t in agg.topics}
+        # The records' own times when a `prepare` made the events (it may drop some), or when
+        # the cut partitions' hold is wanted: the events need not keep the records' partition.
+        columns = ["partition", "event_time"] if batch.cut else ["event_time"]
+        records = None if agg.prepare is None and not batch.cut else {
+            t: batch.records[t].select(*columns) for t in agg.topics}
         scanned = scan(agg, prepared(agg, batch.records, batch.schemas), keep=batch.cached,
-                       records=records, watermark_before=watermark_of(batch.state))
+                       records=records, watermark_before=watermark_of(batch.state),
+                       cut=batch.cut)
         batch.scratch[SCANNED] = scanned
-        latest = {t: None if us is None else from_us(us) for t, us in (
-            scanned.latest_by_topic or {agg.topics[0]: scanned.latest_us}).items()}
-    return agg.watermark.advance(batch.state, latest, batch.now)
+        latest = event_times.Latest(
+            {t: None if us is None else from_us(us) for t, us in (
+                scanned.latest_by_topic or {agg.topics[0]: scanned.latest_us}).items()},
+            None if scanned.hold_us is None else from_us(scanned.hold_us))
+    return agg.watermark.advance(batch.state, latest.by_input, batch.now, hold=latest.hold)
 
 
 def _scanned(agg: WindowedAggregate, batch: BatchInput, *, small: bool) -> Scanned:

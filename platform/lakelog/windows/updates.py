@@ -23,7 +23,7 @@ late: what a replay of the retained log computes, and what the incremental resul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
@@ -69,7 +69,9 @@ class Scanned:
     `span_us` is the least and greatest event time of the events that have a window, or a
     range containing them (None: no such event), `latest_us` the greatest event time of all
     events, or of all records when the pass was given them (what moves the watermark), and
-    `latest_by_topic` each topic's greatest record time when it was given them (else empty).
+    `latest_by_topic` each topic's greatest record time when it was given them (else empty),
+    and `hold_us` the least greatest record time of the log partitions a batch cut short left
+    records in, when it was given them and those (`BatchInput.cut`; else None).
     `partials` (tumbling and hopping windows) are `fixed.partials` of the events (None: not
     computed yet). `any_late` / `any_invalid`: whether an event may fall into a window final
     before the batch / have no window (True when not known). `windows`: how many (window,
@@ -83,6 +85,7 @@ class Scanned:
     latest_us: int | None
     partials: DataFrame | None = None
     latest_by_topic: Mapping[str, int | None] = field(default_factory=dict)
+    hold_us: int | None = None
     any_late: bool = True
     any_invalid: bool = True
     windows: int | None = None
@@ -118,9 +121,11 @@ _TOPIC = "_lakelog_topic"
 def _facts(
     frame: DataFrame, facts: Callable[[Column], dict[str, Column]], latest: Column,
     records: Mapping[str, DataFrame] | None, *, one_task: bool,
+    cut: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[Row, dict[str, int | None]]:
     """One row of `facts` (given a column true on `frame`'s rows: an aggregate must count only
-    those) and ``latest``: `latest` over `frame`, or the greatest time of `records` when given;
+    those), ``latest``: `latest` over `frame`, or the greatest time of `records` when given,
+    and ``hold``: the hold of the partitions `cut` names in `records` (`event_times.tagged`);
     and then, each topic's greatest time in `records`.
 
     One Spark job: the records' times are unioned under `frame`'s rows, where an aggregate of
@@ -129,17 +134,18 @@ def _facts(
     most by default), in one task, which reads them in well under a second where every job
     more costs tens of ms; otherwise (a replay's pass over a whole log) in parallel.
     """
-    mine, by_topic = F.col(_MINE), {}
+    mine, by_topic, hold = F.col(_MINE), {}, None
     if records:
         marked = frame.withColumn(_MINE, F.lit(True))
-        times, by_topic = event_times.tagged(
+        times, by_topic, hold = event_times.tagged(
             [(t, F.unix_micros(F.col("event_time"))) for t in records], list(records.values()),
-            value=_RECORD_US, tag=_TOPIC)
+            value=_RECORD_US, tag=_TOPIC, cut=cut)
         frame, latest = marked.unionByName(times, allowMissingColumns=True), F.max(_RECORD_US)
     else:
         mine = F.lit(True)
     aggregates = [c.alias(name) for name, c in facts(mine).items()] + [
-        c.alias(f"_latest{i}") for i, c in enumerate(by_topic.values())]
+        c.alias(f"_latest{i}") for i, c in enumerate(by_topic.values())] + [
+        (F.lit(None).cast("long") if hold is None else hold).alias("hold")]
     row = (frame.coalesce(1) if one_task else frame).agg(*aggregates,
                                                          latest.alias("latest")).first()
     return row, {t: row[f"_latest{i}"] for i, t in enumerate(by_topic)}
@@ -152,12 +158,14 @@ def scan(
     watermark_before: datetime | None,
     keep: Callable[[DataFrame], DataFrame] | None = None,
     records: Mapping[str, DataFrame] | None = None,
+    cut: Mapping[str, Sequence[int]] | None = None,
 ) -> Scanned:
     """The batch's first pass over `events` (prepared): see `Scanned`.
 
     `records` (each topic's records of the batch, or their `event_time` column, when a `prepare`
     made the events of them and may have dropped some) gives `latest_us` and `latest_by_topic`
-    in the same Spark job: the watermark moves with every record, of the slowest topic.
+    in the same Spark job: the watermark moves with every record, of the slowest topic. With
+    `cut` (`BatchInput.cut`; `records` then have their `partition`), also `hold_us`.
 
     `keep` computes a frame once, now, and keeps its rows (`BatchInput.cached`): tumbling and
     hopping windows keep their partials (a local checkpoint without it); session and sliding
@@ -173,11 +181,11 @@ def scan(
             "hi": F.max(F.when(mine & valid, F.col(T_US))),
             "late": F.max(mine & valid & late_event(_us(watermark_before))),
             "invalid": F.max(mine & ~valid),
-        }, F.max(T_US), records, one_task=keep is not None)
+        }, F.max(T_US), records, one_task=keep is not None, cut=cut)
         return Scanned(
             normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"],
             any_late=bool(span["late"]), any_invalid=bool(span["invalid"]),
-            latest_by_topic=latest,
+            latest_by_topic=latest, hold_us=span["hold"],
         )
     found = (keep or _checkpoint)(fixed.partials(agg, normalized))
     windowed = F.col(START).isNotNull()
@@ -188,7 +196,7 @@ def scan(
         "late": F.max(mine & windowed & final_at(end, _us(watermark_before))),
         "invalid": F.max(mine & ~windowed),
         "windows": F.count(F.when(mine & windowed, F.lit(1))),
-    }, F.max("_hi_us"), records, one_task=records is None or keep is not None)
+    }, F.max("_hi_us"), records, one_task=records is None or keep is not None, cut=cut)
     return Scanned(
         normalized,
         None if facts["lo"] is None else (facts["lo"], facts["hi"]),
@@ -198,6 +206,7 @@ def scan(
         any_invalid=bool(facts["invalid"]),
         windows=facts["windows"],
         latest_by_topic=latest,
+        hold_us=facts["hold"],
     )
 
 

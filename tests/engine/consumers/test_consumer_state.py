@@ -76,19 +76,44 @@ def test_the_watermark_of_several_inputs_follows_the_slowest():
 def test_each_inputs_greatest_event_time(spark):
     """From the batch's statistics when each topic's are known, else in one pass; a topic with
     no record has none, and frames of one input (a topic joined with itself) count together."""
-    stats = {"a": RangeStats(2, (BASE, BASE + timedelta(seconds=5)), {}),
+    s = timedelta(seconds=1)
+    stats = {"a": RangeStats(2, (BASE, BASE + 5 * s), {}, {0: BASE + 5 * s, 1: BASE + 2 * s}),
              "b": RangeStats(0, None, {})}
-    assert event_times.from_stats(stats, ["a", "b"]) == {"a": BASE + timedelta(seconds=5),
-                                                         "b": None}
+    assert event_times.from_stats(stats, ["a", "b"]) == event_times.Latest(
+        {"a": BASE + 5 * s, "b": None})
+    assert event_times.from_stats(stats, ["a", "b"], {"a": (0, 1), "b": ()}).hold == BASE + 2 * s
     assert event_times.from_stats({**stats, "b": None}, ["a", "b"]) is None
-    schema = "t timestamp, u timestamp"
-    a = spark.createDataFrame([(BASE, BASE + timedelta(seconds=9)), (BASE + timedelta(seconds=3),
-                                                                     None)], schema)
-    b = spark.createDataFrame([(None, BASE)], schema)
+    schema = "t timestamp, u timestamp, partition int"
+    a = spark.createDataFrame([(BASE, BASE + 9 * s, 0), (BASE + 3 * s, None, 1)], schema)
+    b = spark.createDataFrame([(None, BASE, 0)], schema)
     c = spark.createDataFrame([], schema)
-    found = event_times.greatest([("a", a, "t"), ("b", b, "t"), ("a", a, "u"), ("c", c, "t")])
-    local = {k: v if v is None else v.astimezone(timezone.utc) for k, v in found.items()}
-    assert local == {"a": BASE + timedelta(seconds=9), "b": None, "c": None}
+    times = [("a", a, "t"), ("b", b, "t"), ("a", a, "u"), ("c", c, "t")]
+
+    def utc(v):
+        return v if v is None else v.astimezone(timezone.utc)
+
+    found = event_times.greatest(times)
+    assert {k: utc(v) for k, v in found.by_input.items()} == {"a": BASE + 9 * s, "b": None,
+                                                              "c": None}
+    assert found.hold is None
+    # A batch cut short in partitions 0 and 1 of `a`: the slower of them, 1 (3 s), holds.
+    assert utc(event_times.greatest(times, {"a": (0, 1)}).hold) == BASE + 3 * s
+    assert utc(event_times.greatest(times, {"a": (0,)}).hold) == BASE + 9 * s
+
+
+def test_a_batch_cut_short_holds_the_watermark_at_its_slowest_partition():
+    """The hold caps the watermark (less the lateness) in its batch alone; it never moves the
+    watermark back, nor lowers the greatest event time, which the next batch goes on from."""
+    s = timedelta(seconds=1)
+    state = MARK.advance({}, BASE + 600 * s, T0, hold=BASE + 240 * s)
+    assert watermark_of(state) == BASE + 230 * s
+    assert state["max_event_us"] == to_us(BASE + 600 * s)
+    held = MARK.advance(state, BASE + 700 * s, T0 + s, hold=BASE + 100 * s)
+    assert watermark_of(held) == BASE + 230 * s
+    several = MARK.advance(held, {"a": BASE + 800 * s, "b": BASE + 500 * s}, T0 + 2 * s,
+                           hold=BASE + 300 * s)
+    assert watermark_of(several) == BASE + 290 * s
+    assert watermark_of(MARK.advance(several, BASE + 900 * s, T0 + 3 * s)) == BASE + 890 * s
 
 
 def test_watermark_rules():

@@ -235,6 +235,7 @@ def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spar
     assert stats.records == 20
     assert stats.event_time == (BASE, BASE + timedelta(seconds=19))
     assert stats.nulls["product_id"] == 1 and stats.nulls["event_time"] == 0
+    assert stats.latest == {0: BASE + timedelta(seconds=19)}  # per log partition
     second = offsets.range_stats(snapshot, {0: (10, 30)})
     assert second.event_time == (BASE + timedelta(seconds=10), BASE + timedelta(seconds=29))
     assert second.nulls["product_id"] == 0
@@ -244,7 +245,7 @@ def test_range_stats_are_exact_for_whole_files_and_unknown_inside_one(lake, spar
     assert offsets.range_stats(snapshot, {0: (30, 30)}).records == 0
     both = offsets.RangeStats.combined([stats, second])
     assert both.records == 40 and both.event_time == (BASE, BASE + timedelta(seconds=29))
-    assert both.nulls["product_id"] == 1
+    assert both.nulls["product_id"] == 1 and both.latest == {}  # partitions are per topic
     assert offsets.RangeStats.combined([stats, None]) is None
 
 
@@ -264,6 +265,7 @@ def test_read_range_takes_a_cut_batchs_stats_from_its_held_records(lake, spark, 
                                     BASE + timedelta(seconds=end - 1))
         assert stats.nulls["product_id"] == row["nulls"] == (start <= 5 < end)
         assert stats.nulls["event_time"] == 0
+        assert stats.latest == {0: BASE + timedelta(seconds=end - 1)}
     # Whole files: the files' statistics, the same either way.
     whole = offsets.read_range(lake, snapshot, {0: (10, 30)})[1]
     assert whole == offsets.range_stats(snapshot, {0: (10, 30)})

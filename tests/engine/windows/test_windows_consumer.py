@@ -119,9 +119,11 @@ def test_a_capped_catch_up_keeps_partitions_together_in_event_time(spark, lake, 
 def test_a_consumer_of_two_topics_keeps_its_watermark_with_the_slower(spark, lake, now):
     """Orders that come minutes after the page views (the end of a visit), caught up ten records
     a batch: each batch's orders run ahead of its views in event time. The watermark follows the
-    slower topic, so no view is late (with the greatest time of both, 23 of the 30 were)."""
+    slower topic, so no view is late (with the greatest time of both, 24 of the 31 were). The
+    last batch takes less than its cap: one that takes all of it holds the watermark at its
+    partitions (it cannot tell whether it left records)."""
     views, orders = make_topic("views"), make_topic("orders")
-    produce(lake, spark, views, [record(i, seconds=20 * i) for i in range(30)], now)
+    produce(lake, spark, views, [record(i, seconds=20 * i) for i in range(31)], now)
     produce(lake, spark, orders, [record(100 + i, seconds=300 + 60 * i) for i in range(10)], now)
     agg = WindowedAggregate(
         "per_minute", (views.name, orders.name), Tumbling(timedelta(minutes=1)), (Count("n"),),
@@ -130,12 +132,39 @@ def test_a_consumer_of_two_topics_keeps_its_watermark_with_the_slower(spark, lak
     )
     done = consumers.run_until_caught_up(
         lake, agg.consumer, {views.name: views, orders.name: orders}, now=lambda: now)
-    assert [r.records for r in done] == [10, 10, 10, 10]
+    assert [r.records for r in done] == [10, 10, 10, 10, 1]
+    assert table(lake, agg.late_records.path).count() == 0
+    assert table(lake, agg.windows.path).agg(F.sum("n")).first()[0] == 41
+    state = checkpoints.load(lake, agg.consumer.name).state
+    # the views' last (600 s, 1 s more once corrected for the device clock) less 30 s
+    assert watermark_of(state) == BASE + timedelta(seconds=601 - 30)
+
+
+def test_a_capped_catch_up_holds_the_watermark_at_its_slowest_partition(spark, lake, now):
+    """Two log partitions whose records span different stretches of event time (ten minutes of
+    one user, three of another), caught up ten records a batch, five from each: the faster runs
+    ahead. A batch cut short holds the watermark at the slower partition it left records in,
+    so none of those comes late (with the topic's greatest time, 11 of the 40 did);
+    the last batch, which took all there was, moves it to the greatest time."""
+    clicks = make_topic("clicks", partitions=2)
+    produce(lake, spark, clicks, [record(i, user="ua", seconds=30 * i) for i in range(20)]
+            + [record(100 + i, user="ub", seconds=10 * i) for i in range(20)], now)
+    agg = WindowedAggregate(
+        "per_minute", (clicks.name,), Tumbling(timedelta(minutes=1)), (Count("n"),),
+        watermark=Watermark(lateness=30 * SECOND), max_records_per_batch=10,
+    )
+    done = consumers.run_until_caught_up(lake, agg.consumer, {clicks.name: clicks},
+                                         now=lambda: now)
+    assert [sorted(r.ranges) for r in done] == [[(clicks.name, 0), (clicks.name, 1)]] * 4
     assert table(lake, agg.late_records.path).count() == 0
     assert table(lake, agg.windows.path).agg(F.sum("n")).first()[0] == 40
     state = checkpoints.load(lake, agg.consumer.name).state
-    # the views' last (580 s, 1 s more once corrected for the device clock) less 30 s
-    assert watermark_of(state) == BASE + timedelta(seconds=581 - 30)
+    # The fourth batch took its whole cap: held at ub's last (190 s, 191 s corrected), less 30 s.
+    assert watermark_of(state) == BASE + timedelta(seconds=191 - 30)
+    produce(lake, spark, clicks, [record(200, user="ub", seconds=200)], now + SECOND)
+    consumers.run_batch(lake, agg.consumer, {clicks.name: clicks}, now=now + SECOND)
+    state = checkpoints.load(lake, agg.consumer.name).state
+    assert watermark_of(state) == BASE + timedelta(seconds=571 - 30)
 
 
 def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topic, now):
