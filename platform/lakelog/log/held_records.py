@@ -17,7 +17,9 @@ read take few bytes.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
+from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -62,15 +64,12 @@ def read(
     files that hold them, as Arrow rows in the log's columns, for Spark as a local relation
     (`held_read.frame`); None when they take more than `HELD_ARROW_BYTES` (read them by
     Spark)."""
-    names = [n for n in snapshot.schema.fieldNames() if n != PARTITION]
-    parts = []
-    for partition, (start, end) in sorted(ranges.items()):
-        mine = [f for f in files if int(f.partition_values[PARTITION]) == partition]
-        if not mine:
-            continue
-        where = (pc.field("offset") >= start) & (pc.field("offset") < end)
-        rows = lake.read_arrow(snapshot, files=mine, columns=names, where=where)
-        parts.append(rows.append_column(PARTITION, pa.array([partition] * rows.num_rows,
-                                                            pa.int32())))
-    table = pa.concat_tables(parts) if parts else pa.table({})
+    names = snapshot.schema.fieldNames()
+    # One read of the files in log-partition order: each file's rows come in its partition's
+    # range, its partition from the Delta log.
+    order = sorted(files, key=lambda f: int(f.partition_values[PARTITION]))
+    where = reduce(operator.or_, [
+        (pc.field(PARTITION) == p) & (pc.field("offset") >= start) & (pc.field("offset") < end)
+        for p, (start, end) in sorted(ranges.items())]) if ranges else None
+    table = lake.read_arrow(snapshot, files=order, columns=names, where=where)
     return None if table.nbytes > HELD_ARROW_BYTES else table
