@@ -33,9 +33,9 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _payload(event_id: str, minute: float, fields: dict) -> dict:
+def _payload(event_id: str, minute: float, fields: dict, user: str = "u-000123") -> dict:
     t = iso(at(minute))
-    return {"event_id": event_id, "user_id": "u-000123", **fields,
+    return {"event_id": event_id, "user_id": user, **fields,
             "device_time": t, "sent_time": t, "received_time": t}
 
 
@@ -47,8 +47,9 @@ def click_fields(query: str, session: str) -> dict:
     return {"session_id": session, "query_id": query, "product_id": "p-1", "position": 1}
 
 
-def search_line(event_id: str, minute: float, *, query: str, session: str = "s1") -> str:
-    return json.dumps(_payload(event_id, minute, search_fields(query, session)))
+def search_line(event_id: str, minute: float, *, query: str, session: str = "s1",
+                user: str = "u-000123") -> str:
+    return json.dumps(_payload(event_id, minute, search_fields(query, session), user))
 
 
 def click_line(event_id: str, minute: float, *, query: str, session: str = "s1") -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from pyspark.sql import functions as F
+
 from joins_helpers import at, click_line, local, search_line
 
 from lakelog import consumers
@@ -13,6 +15,7 @@ from lakelog.consumers.watermarks import watermark_of
 from lakelog.demo.shop import CLICKS, SEARCHES
 from lakelog.demo.shop_joins import SEARCH_CLICKS
 from lakelog.log import ingest
+from lakelog.log.offsets import partition_of
 
 TOPICS = {SEARCHES.name: SEARCHES, CLICKS.name: CLICKS}
 JOIN = SEARCH_CLICKS  # within 1 hour, lateness 10 minutes, idle timeout 5 minutes
@@ -91,3 +94,26 @@ def test_a_capped_catch_up_with_clicks_ahead_of_searches_drops_nothing(lake, spa
     clicked = {r["search_event_id"]: r["click_event_id"] for r in table(lake, join.output.path)
                if r["clicked"]}
     assert clicked == {f"s{i}": f"c{i}" for i in range(20, 30)}
+
+
+def test_a_capped_catch_up_holds_its_watermark_at_the_slower_partition(lake, spark, now):
+    """One user's searches every two minutes, another's every minute, in two log partitions,
+    caught up ten records a batch, five of each: the first user's partition runs ahead in event
+    time. Each batch cut short holds the watermark at the slower partition, so none of the
+    second user's searches is late (with the topic's greatest time, 13 of the 30 were)."""
+    join = replace(JOIN, max_records_per_batch=10)
+    keys = spark.createDataFrame([(f"u-{n}",) for n in range(20)], "user string").select(
+        "user", partition_of(F.col("user"), SEARCHES.partitions).alias("p")).collect()
+    fast, slow = keys[0].user, next(k.user for k in keys if k.p != keys[0].p)
+    ingest.produce(lake, spark, SEARCHES, [
+        *(search_line(f"a{i}", 2 * i, query=f"qa{i}", user=fast) for i in range(30)),
+        *(search_line(f"b{i}", i, query=f"qb{i}", user=slow) for i in range(30))],
+        source="test", now=now)
+    done = consumers.run_until_caught_up(lake, join.consumer, TOPICS, now=lambda: now)
+    assert [r.records for r in done] == [10] * 6
+    assert all(len(r.ranges) == 2 for r in done)
+    assert table(lake, join.late.path) == []
+    # No search found a click: each is still buffered, or was emitted unmatched once it closed.
+    kept = {r["search_event_id"] for r in table(lake, join.output.path)} | {
+        r["_event_id"] for r in table(lake, join.buffer.path) if r["_side"] == "left"}
+    assert kept == {f"{u}{i}" for u in "ab" for i in range(30)}
