@@ -122,11 +122,11 @@ def _facts(
     frame: DataFrame, facts: Callable[[Column], dict[str, Column]], latest: Column,
     records: Mapping[str, DataFrame] | None, *, one_task: bool,
     cut: Mapping[str, Sequence[int]] | None = None,
-) -> tuple[Row, dict[str, int | None]]:
+) -> tuple[Row, dict[str, int | None], int | None]:
     """One row of `facts` (given a column true on `frame`'s rows: an aggregate must count only
-    those), ``latest``: `latest` over `frame`, or the greatest time of `records` when given,
-    and ``hold``: the hold of the partitions `cut` names in `records` (`event_times.tagged`);
-    and then, each topic's greatest time in `records`.
+    those) and ``latest``: `latest` over `frame`, or the greatest time of `records` when given;
+    then each topic's greatest time in `records`, and the hold of the partitions `cut` names in
+    them (`event_times.tagged`; None: no such partition).
 
     One Spark job: the records' times are unioned under `frame`'s rows, where an aggregate of
     each joined took four jobs over Spark Connect (each side's shuffle and final aggregate under
@@ -144,11 +144,12 @@ def _facts(
     else:
         mine = F.lit(True)
     aggregates = [c.alias(name) for name, c in facts(mine).items()] + [
-        c.alias(f"_latest{i}") for i, c in enumerate(by_topic.values())] + [
-        (F.lit(None).cast("long") if hold is None else hold).alias("hold")]
+        c.alias(f"_latest{i}") for i, c in enumerate(by_topic.values())] + (
+        [] if hold is None else [hold.alias("_hold")])
     row = (frame.coalesce(1) if one_task else frame).agg(*aggregates,
                                                          latest.alias("latest")).first()
-    return row, {t: row[f"_latest{i}"] for i, t in enumerate(by_topic)}
+    return (row, {t: row[f"_latest{i}"] for i, t in enumerate(by_topic)},
+            None if hold is None else row["_hold"])
 
 
 def scan(
@@ -176,7 +177,7 @@ def scan(
     if not isinstance(agg.window, (Tumbling, Hopping)):
         valid = F.col("_invalid").isNull()
         late_event = (sessions if isinstance(agg.window, Session) else sliding).late_event
-        span, latest = _facts(normalized, lambda mine: {
+        span, latest, hold = _facts(normalized, lambda mine: {
             "lo": F.min(F.when(mine & valid, F.col(T_US))),
             "hi": F.max(F.when(mine & valid, F.col(T_US))),
             "late": F.max(mine & valid & late_event(_us(watermark_before))),
@@ -185,12 +186,12 @@ def scan(
         return Scanned(
             normalized, None if span["lo"] is None else (span["lo"], span["hi"]), span["latest"],
             any_late=bool(span["late"]), any_invalid=bool(span["invalid"]),
-            latest_by_topic=latest, hold_us=span["hold"],
+            latest_by_topic=latest, hold_us=hold,
         )
     found = (keep or _checkpoint)(fixed.partials(agg, normalized))
     windowed = F.col(START).isNotNull()
     end = F.col(START) + F.lit(agg.window.size_us)
-    facts, latest = _facts(found, lambda mine: {  # a few rows per window
+    facts, latest, hold = _facts(found, lambda mine: {  # a few rows per window
         "lo": F.min(F.when(mine & windowed, F.col("_lo_us"))),
         "hi": F.max(F.when(mine & windowed, F.col("_hi_us"))),
         "late": F.max(mine & windowed & final_at(end, _us(watermark_before))),
@@ -206,7 +207,7 @@ def scan(
         any_invalid=bool(facts["invalid"]),
         windows=facts["windows"],
         latest_by_topic=latest,
-        hold_us=facts["hold"],
+        hold_us=hold,
     )
 
 
