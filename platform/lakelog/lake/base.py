@@ -190,8 +190,9 @@ class Lake(Protocol):
         """The rows of a table that satisfy `where` (all of them by default: a small table,
         checkpoints, manifests), only `columns`, without Spark; filtered as the files are read,
         so only the rows kept are held. With `files`, only theirs, and a partition column is
-        read (from each file's partition values) only when `columns` names it; `where` may name
-        it then."""
+        read (from each file's partition values) only when `columns` names it, and only one of
+        integers, strings or booleans (`changes.partition_types_held`); `where` may name it
+        then."""
 
     def write_table(
         self,

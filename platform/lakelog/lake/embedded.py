@@ -32,7 +32,7 @@ from pyspark.sql.types import StructType
 from lakelog.errors import ChangesUnavailableError, SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
 from lakelog.lake import change_feed, data_files, delta_commit, driver_write, forgetting, held_read
-from lakelog.lake.changes import log_actions
+from lakelog.lake.changes import log_actions, partition_types_held
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.one_partition import few, one_partition
@@ -232,6 +232,9 @@ class EmbeddedLake:
         # files, whose row groups are pruned per file, where a dataset per value took a few ms
         # more each (a log batch's ranges span every log partition).
         named = [c for c in snapshot.partition_columns if columns and c in columns]
+        if not partition_types_held(schema, named):
+            raise ValueError(f"{snapshot.path}: partition columns {named} are read from the "
+                             "Delta log's text only when integers, strings or booleans")
         data = pads.FileSystemDataset.from_paths(
             [f"{base}/{f.path}" for f in files], schema=schema, format=pads.ParquetFileFormat(),
             filesystem=self.fs,
@@ -388,7 +391,9 @@ class EmbeddedLake:
         )
 
 
-def _partition_expression(f: DataFile, schema: pa.Schema, columns: Sequence[str]) -> pads.Expression:
+def _partition_expression(
+    f: DataFile, schema: pa.Schema, columns: Sequence[str]
+) -> pads.Expression:
     """Each of `columns`' value in file `f`, as a dataset's partition expression."""
     terms = [pads.field(c).is_null() if f.partition_values.get(c) is None
              else pads.field(c) == pa.scalar(f.partition_values[c]).cast(schema.field(c).type)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timezone
+from datetime import date, timezone
 from pathlib import Path
 
 import pytest
@@ -283,6 +283,20 @@ def test_arrow_rows_in_and_out_by_file_column_and_filter(lake):
     whole = lake.read_arrow(snapshot, columns=["p", "a"], where=pads.field("p") == 0)
     assert sorted(whole.to_pylist(), key=lambda r: r["a"]) == [{"p": 0, "a": "w"},
                                                              {"p": 0, "a": "y"}]
+    # Some files' partition column, named, comes from their partition values in the log.
+    both = lake.read_arrow(snapshot, files=snapshot.files(), columns=["a", "p"],
+                           where=(pads.field("p") == 1) & (pads.field("b") < 4))
+    assert both.to_pylist() == [{"a": "x", "p": 1}]
+    # A date's text in the Delta log may not parse as Spark reads it: not read that way.
+    dated = T.StructType([T.StructField("d", T.DateType()), T.StructField("a", T.StringType())])
+    lake.create_table("dated", dated, partition_by=["d"])
+    lake.write_table(lake.snapshot("dated"), pa.table({"a": ["x"], "d": pa.array(
+        [date(2026, 3, 1)], pa.date32())}))
+    on_day = lake.snapshot("dated")
+    with pytest.raises(ValueError, match="partition columns"):
+        lake.read_arrow(on_day, files=on_day.files(), columns=["a", "d"])
+    assert lake.read_arrow(on_day, files=on_day.files(), columns=["a"]).to_pylist() == [
+        {"a": "x"}]
 
 
 def test_landing_listing_skips_hidden(lake, tmp_path):
