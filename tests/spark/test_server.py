@@ -170,6 +170,34 @@ def test_a_session_opened_again_with_its_settings_sends_none_of_them():
     assert shown.split("\n")[:2] == ["True 0 0", "True True yes"]
 
 
+#: In a process of its own, on the test server: the session `lakelog demo` opens while it
+#: prepares is the one its runs' Spark resource then uses, opened once and not set up again.
+MEANWHILE = """
+import sys
+from pyspark.sql.connect.client import core
+from lakelog.cli.common import lake, open_spark_meanwhile
+from lakelog.cli.main import build_parser
+from lakelog.cli.runs import spark_resource
+args = build_parser().parse_args(["demo", "--home", sys.argv[1]])
+opening = open_spark_meanwhile(args)
+opening.join()
+sent = []
+real = core.SparkConnectClient.config
+core.SparkConnectClient.config = lambda self, operation: sent.append(operation) or real(
+    self, operation)
+spark = spark_resource(args).session()
+print(opening.name, spark is lake(args).spark, len(sent), spark.range(3).count())
+"""
+
+
+@pytest.mark.slow
+def test_the_demo_opens_spark_meanwhile_for_its_runs(tmp_path):
+    shown = subprocess.run([sys.executable, "-c", MEANWHILE, str(tmp_path / "home")],
+                           env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert shown.stdout.split()[-4:] == ["lakelog-open-spark", "True", "0", "3"]
+
+
 def test_settings_come_from_arguments_then_the_environment(tmp_path):
     env = {"LAKELOG_SPARK_SERVER_PORT": "16000", "LAKELOG_SPARK_SERVER_CORES": "3",
            "LAKELOG_SPARK_SERVER_DIR": str(tmp_path)}

@@ -14,13 +14,14 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from lakelog.cli.common import emit, lake, now, timestamp
+from lakelog.cli.common import emit, lake, now, open_spark_meanwhile, timestamp
 from lakelog.cli.pipelines import resolve
 from lakelog.errors import LakelogError
 from lakelog.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from lakelog.assets.runner import Runner, RunReport
+    from lakelog.resources import SparkResource
 
 #: The numbers `lakelog run` shows per materialized asset, when its metadata has them.
 SHOWN = ("records_appended", "records", "batches", "events_published", "changes", "mode")
@@ -38,15 +39,22 @@ def dagster_quiet() -> Iterator[None]:
         yield
 
 
+def spark_resource(args: argparse.Namespace) -> SparkResource:
+    """The Spark resource of the command's runs: the session `common.spark_session` opens."""
+    from lakelog.resources import SparkResource
+
+    return SparkResource(master=args.master, remote=args.remote,
+                         app_name=f"lakelog-{args.command}")
+
+
 def open_runner(
     args: argparse.Namespace, pipeline: Pipeline, *, source_dsn: str | None = None
 ) -> tuple[Runner, str]:
     """A runner on the command's Spark and lake, and the Dagster instance it records runs on."""
     from lakelog.assets.runner import Runner, open_instance
-    from lakelog.resources import LakeResource, SourceResource, SparkResource
+    from lakelog.resources import LakeResource, SourceResource
 
-    spark = SparkResource(master=args.master, remote=args.remote,
-                          app_name=f"lakelog-{args.command}")
+    spark = spark_resource(args)
     resources = {"spark": spark, "lake": LakeResource(spark=spark, root=args.home),
                  "source": SourceResource(dsn=source_dsn)}
     instance, where = open_instance(args.home, os.environ)
@@ -68,6 +76,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
     if args.events < 1 or args.batches < 1:
         raise LakelogError("--events and --batches must be positive")
     pipeline = resolve(args.pipeline)
+    # The demo's first step needs Spark: a server starts while Dagster and the workload do.
+    open_spark_meanwhile(args)
     say = (lambda m: print(m, file=sys.stderr)) if not args.json else (lambda m: None)
     with dagster_quiet():
         runner, where = open_runner(args, pipeline, source_dsn=args.source_dsn)
