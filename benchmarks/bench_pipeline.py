@@ -545,24 +545,34 @@ def time_reference(lake: EmbeddedLake, name: str, work_dir: Path, args) -> dict:
 
 
 def measure_kinds(lake: EmbeddedLake, work: SparkWork, args, work_dir: Path) -> dict:
+    """Each kind's microbatches, then (with `--reference`) its Structured Streaming reference,
+    kind after kind: the two sides of a pair run one after the other in the same JVM, so
+    neither has a JIT warmed by all the kinds measured before it and the other not (until
+    2026-12-06 every reference ran after the last kind)."""
     results: dict[str, dict] = {}
-    say("kinds: incremental SQL models after each 1,000 new orders")
-    results.update(time_model_microbatches(lake, work, args))
-    ingest.ingest_topics(lake, lake.spark, [SHOP.topic("orders")], now=now)  # the rest of them
-    for consumer in chosen_consumers(args.only):
-        say(f"kinds: {consumer.name}")
-        results.update(time_consumer_microbatches(lake, work, consumer, args))
-    references = reference_queries()
-    for name in list(results):
-        if name in references and args.reference:
+    references = reference_queries() if args.reference else {}
+
+    def with_references(timed: dict[str, dict]) -> None:
+        for name, found in timed.items():
+            results[name] = found
+            if name not in references:
+                continue
             say(f"kinds: Structured Streaming reference of {name}")
             try:
                 ref = time_reference(lake, name, work_dir / "reference", args)
             except Exception as exc:  # report it and go on: one failing query is one figure
                 ref = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            results[name]["reference"] = ref
-            ours, theirs = results[name]["median_s"], ref.get("median_s")
-            results[name]["ratio"] = round(ours / theirs, 2) if ours and theirs else None
+            found["reference"] = ref
+            ours, theirs = found["median_s"], ref.get("median_s")
+            found["ratio"] = round(ours / theirs, 2) if ours and theirs else None
+
+    say("kinds: incremental SQL models after each 1,000 new orders")
+    models = time_model_microbatches(lake, work, args)
+    ingest.ingest_topics(lake, lake.spark, [SHOP.topic("orders")], now=now)  # the rest of them
+    with_references(models)
+    for consumer in chosen_consumers(args.only):
+        say(f"kinds: {consumer.name}")
+        with_references(time_consumer_microbatches(lake, work, consumer, args))
     for name, found in results.items():
         found["kind"] = KINDS.get(name, "?")
     return results
