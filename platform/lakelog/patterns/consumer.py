@@ -10,7 +10,7 @@ Per microbatch, in this order:
    were decided).
 3. **Match** — the pending events (``_state/patterns/<name>/pending``) and the new ones, per
    key, through `lakelog.patterns.matcher` with the watermark after the batch (in a Python
-   worker: the matcher backtracks, which column expressions cannot). The events are shuffled
+   worker, `lakelog.patterns.worker`: the matcher backtracks, which column expressions cannot). The events are shuffled
    by key and sorted, and each worker takes them as Arrow batches, a run of keys at a time: a
    key costs the matcher's own work, not a pandas frame of its own (`applyInPandas` made one
    per key, about 1 ms each: 2-3 s of a 2,500-event batch). A start whose window the
@@ -26,12 +26,10 @@ least of the topics' greatest event times, less the allowed lateness (a topic qu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from functools import partial, reduce
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -42,8 +40,8 @@ from lakelog.consumers.watermarks import to_us, watermark_of
 from lakelog.lake.one_partition import one_partition
 from lakelog.log.offsets import RangeStats
 from lakelog.log.records import record_json
-from lakelog.patterns.matcher import Compiled, find
 from lakelog.patterns.pattern import Pattern
+from lakelog.patterns.worker import match_batches
 
 LATE = T.StructType([
     T.StructField("topic", T.StringType()),
@@ -120,7 +118,7 @@ def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes | 
         matches = batch.lake.spark.createDataFrame([], p.output_schema)
         kept = every
     else:
-        match = partial(_match_batches, p.compiled(), to_us(after), tuple(p.key))
+        match = partial(match_batches, p.compiled(), to_us(after), tuple(p.key))
         # Each key's rows together, in order: in one partition when they are few.
         spread = one_partition(every) if batch.few(state) else every.repartition(*p.key)
         by_key = spread.sortWithinPartitions(*p.key, *ORDER)
@@ -177,54 +175,6 @@ def _events(p: Pattern, index: int, records: DataFrame, before: datetime | None,
         record_json().alias("record"),
         F.lit(batch).cast("long").alias("batch"),
     )
-
-
-def _match_batches(pattern: Compiled, watermark_us: int, keys: Sequence[str],
-                   batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Events sorted by key then `ORDER` (in a Python worker) → per key, the matched events with
-    their match and step, and the events still pending (step -1), each with its columns (so
-    nothing is joined back). A key's events may end one batch and go on in the next: the last
-    key of a batch waits for the next one."""
-    held: pa.Table | None = None  # the last key's events so far
-    for batch in batches:
-        events = pa.Table.from_batches([batch])
-        events = events if held is None else pa.concat_tables([held, events])
-        key = list(zip(*(events.column(k).to_pylist() for k in keys)))
-        starts = [0, *(i for i in range(1, len(key)) if key[i] != key[i - 1])]
-        if len(key) > 0:
-            held = events.slice(starts[-1])
-            yield from _match_runs(pattern, watermark_us, events.slice(0, starts[-1]),
-                                   starts[:-1]).to_batches()
-    if held is not None:
-        yield from _match_runs(pattern, watermark_us, held, [0]).to_batches()
-
-
-def _match_runs(pattern: Compiled, watermark_us: int, events: pa.Table,
-                starts: list[int]) -> pa.Table:
-    """The matcher over each key's events, `starts` being where each key's run begins."""
-    ids, times = events.column("_id").to_pylist(), events.column("_t").to_pylist()
-    flags = list(zip(*(events.column(c).to_pylist()
-                       for c in events.column_names if c.startswith("_f"))))
-    taken: list[int] = []
-    out_match: list[str | None] = []
-    out_step: list[int] = []
-    bounds = [*starts, events.num_rows]
-    for lo, hi in zip(bounds, bounds[1:]):
-        result = find([(times[i], (), flags[i]) for i in range(lo, hi)], pattern,
-                      watermark_us=watermark_us)
-        for m in result.matches:
-            first = ids[lo + m[0][0]]
-            for i, step in m:
-                taken.append(lo + i)
-                out_match.append(first)
-                out_step.append(step)
-        pending = range(lo + result.keep_from, hi)
-        taken.extend(pending)
-        out_match.extend([None] * len(pending))
-        out_step.extend([-1] * len(pending))
-    return (events.take(pa.array(taken, pa.int64()))
-            .append_column("_match", pa.array(out_match, pa.string()))
-            .append_column("_step", pa.array(out_step, pa.int32())))
 
 
 def _rows(p: Pattern, matched: DataFrame, *, batch: int) -> DataFrame:

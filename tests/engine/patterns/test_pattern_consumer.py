@@ -178,12 +178,28 @@ def test_search_refinements_in_random_batches_equal_one_batch_computation(lake, 
     assert rows(lake, pending(p).path) == []
 
 
+def test_the_python_workers_import_the_matcher_not_the_engine():
+    """What Spark's Python workers import to run a pattern's matcher: pyarrow and the matcher,
+    not pyspark's DataFrame layer, Delta or the engine (0.19 s against 0.67 s measured with
+    the worker's own imports, each new worker)."""
+    import subprocess
+    import sys
+
+    heavy = ["pyspark", "deltalake", "dagster", "lakelog.lake", "lakelog.consumers",
+             "lakelog.patterns.pattern"]
+    shown = subprocess.run(
+        [sys.executable, "-c", "import sys, lakelog.patterns.worker; "
+         f"print([m for m in {heavy!r} if m in sys.modules])"],
+        capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "[]"
+
+
 def test_a_key_split_across_arrow_batches_matches_as_one_run():
     """The worker's Arrow batches end anywhere, a key's events included: cut into every batch
     size, the events give what each key's events give alone (nulls are a key like any other)."""
     import pyarrow as pa
 
-    from lakelog.patterns.consumer import _match_batches
+    from lakelog.patterns.worker import match_batches
 
     compiled = ABANDONED_CARTS.compiled()  # add, then no order within the window
     minute = 60_000_000
@@ -200,8 +216,8 @@ def test_a_key_split_across_arrow_batches_matches_as_one_run():
     watermark = 150 * minute
 
     def found(batches):
-        out = pa.Table.from_batches(list(_match_batches(compiled, watermark, ("cart_id",),
-                                                        batches)))
+        out = pa.Table.from_batches(list(match_batches(compiled, watermark, ("cart_id",),
+                                                       batches)))
         return sorted(out.to_pylist(), key=lambda r: r["_id"])
 
     per_key = []
