@@ -65,8 +65,8 @@ class Condition:
     def test(self) -> Column:
         """The condition over a row of events joined with queries (query columns ``_q_*``)."""
         event, query = F.col(_event(self.event)), F.col(_q(self.query))
-        if self.op == "contains":
-            passed = F.lower(event).contains(F.lower(query))
+        if self.op == "contains":  # each side lowered once, before the join (`lowered`)
+            passed = F.col(_lower(_event(self.event))).contains(F.col(_lower(_q(self.query))))
         else:
             passed = {"=": event == query, "<=": event <= query, ">=": event >= query}[self.op]
         return query.isNull() | F.coalesce(passed, F.lit(False))
@@ -183,12 +183,19 @@ def matches(percolator: Percolator, events: DataFrame, queries: DataFrame, *,
     rows)."""
     p = percolator
     paths = dict.fromkeys([*(c.event for c in p.conditions), *(c for _, c in p.event_columns)])
+    # A `contains` compares lowered text: each event's and each query's lowered once here, not
+    # once per pair the join tests (Spark does not move an expression of a join's condition
+    # below the join).
+    searched = dict.fromkeys(c.event for c in p.conditions if c.op == "contains")
+    keywords = dict.fromkeys(c.query for c in p.conditions if c.op == "contains")
     flat = events.select(
         *[F.col(path).alias(_event(path)) for path in paths],
+        *[F.lower(F.col(path)).alias(_lower(_event(path))) for path in searched],
         "event_id", "partition", "offset", "event_time",
     )
     # The state's columns as declared: `queries.columns` asks Spark Connect for them.
-    stored = queries.select(*[F.col(c).alias(_q(c)) for c in p.state.schema.fieldNames()])
+    stored = queries.select(*[F.col(c).alias(_q(c)) for c in p.state.schema.fieldNames()],
+                            *[F.lower(F.col(c)).alias(_lower(_q(c))) for c in keywords])
     test = reduce(lambda a, b: a & b, [c.test() for c in p.conditions])
     # Every event is tested against every query: over the cores, not in the one partition a
     # batch's held records come in (`lakelog.lake.one_partition`).
@@ -211,3 +218,8 @@ def _event(path: str) -> str:
 
 def _q(column: str) -> str:
     return "_q_" + column
+
+
+def _lower(column: str) -> str:
+    """The column of `column`'s lowered text, for `contains`."""
+    return "_lc" + column
