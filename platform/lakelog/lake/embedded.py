@@ -9,9 +9,7 @@ deleted again, so a failed write leaves nothing behind.
 
 from __future__ import annotations
 
-import functools
 import json
-import operator
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -32,8 +30,9 @@ from pyspark.sql.types import StructType
 from lakelog.errors import ChangesUnavailableError, SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
 from lakelog.lake import change_feed, data_files, delta_commit, driver_write, forgetting, held_read
-from lakelog.lake.changes import log_actions, partition_types_held
+from lakelog.lake.changes import log_actions
 from lakelog.lake.delta_snapshot import DeltaSnapshot
+from lakelog.lake.files_dataset import files_dataset
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.one_partition import few, one_partition
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
@@ -227,18 +226,9 @@ class EmbeddedLake:
         names = list(columns or schema.names)
         if not files:
             return pa.schema([schema.field(c) for c in names]).empty_table()
-        base = self.fs_path(snapshot.path)
-        # Named partition columns come from each file's partition values: one dataset of the
-        # files, whose row groups are pruned per file, where a dataset per value took a few ms
-        # more each (a log batch's ranges span every log partition).
         named = [c for c in snapshot.partition_columns if columns and c in columns]
-        if not partition_types_held(schema, named):
-            raise ValueError(f"{snapshot.path}: partition columns {named} are read from the "
-                             "Delta log's text only when integers, strings or booleans")
-        data = pads.FileSystemDataset.from_paths(
-            [f"{base}/{f.path}" for f in files], schema=schema, format=pads.ParquetFileFormat(),
-            filesystem=self.fs,
-            partitions=[_partition_expression(f, schema, named) for f in files] if named else None)
+        data = files_dataset(self.fs, self.fs_path(snapshot.path), files, schema, named,
+                             table=snapshot.path)
         return data.to_table(columns=names, filter=where)
 
     def write_table(
@@ -390,12 +380,3 @@ class EmbeddedLake:
             dry_run=False,
         )
 
-
-def _partition_expression(
-    f: DataFile, schema: pa.Schema, columns: Sequence[str]
-) -> pads.Expression:
-    """Each of `columns`' value in file `f`, as a dataset's partition expression."""
-    terms = [pads.field(c).is_null() if f.partition_values.get(c) is None
-             else pads.field(c) == pa.scalar(f.partition_values[c]).cast(schema.field(c).type)
-             for c in columns]
-    return functools.reduce(operator.and_, terms)

@@ -10,11 +10,11 @@ Per microbatch, in this order:
    were decided).
 3. **Match** — the pending events (``_state/patterns/<name>/pending``) and the new ones, per
    key, through `lakelog.patterns.matcher` with the watermark after the batch (in a Python
-   worker, `lakelog.patterns.worker`: the matcher backtracks, which column expressions cannot). The events are shuffled
-   by key and sorted, and each worker takes them as Arrow batches, a run of keys at a time: a
-   key costs the matcher's own work, not a pandas frame of its own (`applyInPandas` made one
-   per key, about 1 ms each: 2-3 s of a 2,500-event batch). A start whose window the
-   watermark has passed is decided: a match, or not.
+   worker, `lakelog.patterns.worker`: the matcher backtracks, which column expressions
+   cannot). The events are shuffled by key and sorted, and each worker takes them as Arrow
+   batches, a run of keys at a time: a key costs the matcher's own work, not a pandas frame of
+   its own (`applyInPandas` made one per key, about 1 ms each: 2-3 s of a 2,500-event batch).
+   A start whose window the watermark has passed is decided: a match, or not.
 4. **Write** the matches to ``streams/<name>`` (appended: one row per match, measures computed by
    Spark from the matched events), the late events, and last the state: the events from each
    key's first undecided start on, replacing the pending table.

@@ -65,7 +65,7 @@ class Condition:
     def test(self) -> Column:
         """The condition over a row of events joined with queries (query columns ``_q_*``)."""
         event, query = F.col(_event(self.event)), F.col(_q(self.query))
-        if self.op == "contains":  # each side lowered once, before the join (`lowered`)
+        if self.op == "contains":  # each side lowered once, before the join (`matches`)
             passed = F.col(_lower(_event(self.event))).contains(F.col(_lower(_q(self.query))))
         else:
             passed = {"=": event == query, "<=": event <= query, ">=": event >= query}[self.op]
