@@ -29,7 +29,9 @@ from pyspark.sql.types import StructType
 
 from lakelog.errors import ChangesUnavailableError, SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
-from lakelog.lake import change_feed, data_files, delta_commit, driver_write, forgetting, held_read
+from lakelog.lake import (
+    change_feed, data_files, delta_commit, driver_write, forgetting, held_read, loaded_tables,
+)
 from lakelog.lake.changes import log_actions
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.files_dataset import files_dataset
@@ -70,6 +72,7 @@ class EmbeddedLake:
             self.root = os.path.abspath(root)
             self.fs, self._fs_root = pafs.LocalFileSystem(), self.root
         self._storage_options = dict(storage_options or {})
+        self._local = isinstance(self.fs, pafs.LocalFileSystem)
 
     @property
     def spark(self) -> SparkSession:
@@ -96,12 +99,22 @@ class EmbeddedLake:
         return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri
 
     def _delta(self, path: str, version: int | None = None) -> DeltaTable:
+        """Table `path` at `version` (None: the latest), loaded again only when its log has
+        changed (`lakelog.lake.loaded_tables`). Not for operations that move the object."""
+        if not self._local:
+            return self._load(path, version)
+        return loaded_tables.LOADED.get(
+            self.fs_path(f"{path}/_delta_log"), version, lambda: self._load(path, version))
+
+    def _load(self, path: str, version: int | None = None) -> DeltaTable:
         try:
             return DeltaTable(self.uri(path), version=version, storage_options=self._storage_options)
         except DeltaTableNotFound as exc:
             raise TableNotFoundError(f"no Delta table at {self.uri(path)}") from exc
 
     def exists(self, path: str) -> bool:
+        if self._local and loaded_tables.LOADED.holds(self.fs_path(f"{path}/_delta_log")):
+            return True
         return DeltaTable.is_deltatable(self.uri(path), storage_options=self._storage_options)
 
     def create_table(
@@ -360,7 +373,7 @@ class EmbeddedLake:
         return change_feed.spark(self, path, start_version, end_version)
 
     def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
-        self._delta(path).alter.set_table_properties(dict(properties), raise_if_not_exists=False)
+        self._load(path).alter.set_table_properties(dict(properties), raise_if_not_exists=False)
         return self._delta(path).version()
 
     def purge_removed(self, path: str, through: int) -> list[str]:
@@ -370,11 +383,11 @@ class EmbeddedLake:
         return present
 
     def forget_history(self, path: str, before: int) -> int:
-        self._delta(path, before).create_checkpoint()  # it stands in for the log before it
+        self._load(path, before).create_checkpoint()  # it stands in for the log before it
         return forgetting.forget_log(self.fs, self.fs_path(f"{path}/_delta_log"), before)
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
-        return self._delta(path).vacuum(
+        return self._load(path).vacuum(
             retention_hours=int(retention.total_seconds() // 3600),
             enforce_retention_duration=False,
             dry_run=False,
