@@ -32,7 +32,7 @@ from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
 from lakelog.lake import (
     change_feed, data_files, delta_commit, driver_write, forgetting, held_read, loaded_tables,
 )
-from lakelog.lake.changes import log_actions
+from lakelog.lake.changes import log_actions, partition_types_held
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.files_dataset import files_dataset
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
@@ -232,14 +232,20 @@ class EmbeddedLake:
         columns: Sequence[str] | None = None,
         where: pads.Expression | None = None,
     ) -> pa.Table:
-        if files is None:
-            return snapshot.table.to_pyarrow_dataset().to_table(
-                columns=None if columns is None else list(columns), filter=where)
         schema = snapshot.arrow_schema
         names = list(columns or schema.names)
+        if files is None:
+            # Every file, read by pyarrow's own filesystem: delta-rs's dataset reads through a
+            # Python file object, whose reader may be let go on an Arrow thread as the
+            # interpreter exits, and a thread that then asks for the GIL aborts the process.
+            files, named = snapshot.files(), [c for c in snapshot.partition_columns if c in names]
+            if not partition_types_held(schema, named):
+                return snapshot.table.to_pyarrow_dataset().to_table(
+                    columns=None if columns is None else list(columns), filter=where)
+        else:
+            named = [c for c in snapshot.partition_columns if columns and c in columns]
         if not files:
             return pa.schema([schema.field(c) for c in names]).empty_table()
-        named = [c for c in snapshot.partition_columns if columns and c in columns]
         data = files_dataset(self.fs, self.fs_path(snapshot.path), files, schema, named,
                              table=snapshot.path)
         return data.to_table(columns=names, filter=where)

@@ -5,13 +5,18 @@ and a pipeline step loads the same few tables many times: the 100,000-event demo
 latest and 181 past versions. A table loaded at version v is still the latest while its log
 holds no commit v + 1, and is still the same table while commit v's file holds the same bytes:
 a commit's file names the data files it adds (by UUID), lakelog's commit id or a new table's id,
-and its time in milliseconds, so a table deleted and created again at the same path fails it. The
-check is a file's absence and a small read, some microseconds.
+and its time in milliseconds, so a table deleted and created again at the same path fails it; and
+while the log's last checkpoint is the same one. The check is a file's absence and two small
+reads, some microseconds.
 
 Holders share a loaded table: delta-rs leaves a `DeltaTable` at its version when it is read or
 committed through (a commit makes a new version in the log, not in the object). Operations that
 move the object itself (setting properties, vacuum) load their own. Only tables on the local
-filesystem are kept; others are loaded each time.
+filesystem are kept; others are loaded each time. A kept table lives until the process exits, so
+the lake reads a whole table's files through pyarrow's own filesystem (`EmbeddedLake.read_arrow`):
+delta-rs's dataset reads through a Python file object, and one let go on an Arrow thread while
+the interpreter exits aborts the process (an earlier try at keeping loads was reverted for that
+abort; benchmarks/README.md, twentieth and twenty-ninth sessions).
 """
 
 from __future__ import annotations
@@ -88,8 +93,17 @@ def _exists(log_dir: str, version: int) -> bool:
 
 
 def _fingerprint(log_dir: str, version: int) -> bytes | None:
+    """Commit `version`'s file and the log's last checkpoint pointer, hashed; None without the
+    commit's file. A new checkpoint may come with the log before it removed (clean-up,
+    `forget_history`), and delta-rs reads a loaded version's transactions from that log lazily."""
     try:
         with open(_commit_file(log_dir, version), "rb") as f:
-            return hashlib.blake2b(f.read(), digest_size=16).digest()
+            digest = hashlib.blake2b(f.read(), digest_size=16)
     except FileNotFoundError:
         return None
+    try:
+        with open(os.path.join(log_dir, "_last_checkpoint"), "rb") as f:
+            digest.update(f.read())
+    except FileNotFoundError:
+        pass
+    return digest.digest()

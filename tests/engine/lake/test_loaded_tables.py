@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import types as T
 
@@ -73,6 +74,23 @@ def test_a_version_whose_commit_file_is_gone_is_not_kept(tmp_path):
     assert loads.count == 2
 
 
+def test_a_new_checkpoint_has_a_table_loaded_again(tmp_path):
+    """A checkpoint may come with the log before it removed (`forget_history`), which a kept
+    load reads its transactions from lazily."""
+    path, kept = str(tmp_path / "t"), LoadedTables()
+    log, loads = f"{path}/_delta_log", Loads(path)
+    for value in range(3):
+        write_deltalake(path, pa.table({"a": [value]}), mode="append")
+    kept.get(log, None, loads())
+    kept.get(log, 1, loads(1))
+    DeltaTable(path, version=1).create_checkpoint()
+    for version in (0, 1):
+        (tmp_path / "t" / "_delta_log" / f"{version:020d}.json").unlink()
+    assert rows(kept.get(log, None, loads())) == [0, 1, 2]
+    assert rows(kept.get(log, 1, loads(1))) == [0, 1]
+    assert loads.count == 4
+
+
 def test_the_least_recently_used_table_is_dropped_first(tmp_path):
     kept = LoadedTables(size=4)  # two tables: each load keeps its latest and its version
     loads = {}
@@ -99,3 +117,19 @@ def test_lakes_at_one_root_share_a_loaded_table_until_one_writes(lake, spark):
     assert after.version == version == before.version + 1 and after.table is not before.table
     assert [r.id for r in lake.read(after).collect()] == [1]
     assert before.version == before.table.version()  # an earlier snapshot is as it was
+
+
+def test_a_whole_table_is_read_without_delta_rs_python_files(lake, monkeypatch):
+    """delta-rs's dataset reads through Python file objects, and a reader of one let go on an
+    Arrow thread while the interpreter exits aborts the process; kept loads live that long."""
+    lake.create_table("t", T_SCHEMA)
+    lake.write_rows(lake.snapshot("t"), [{"id": 1}, {"id": 2}])
+    lake.write_rows(lake.snapshot("t"), [{"id": 3}])
+
+    def refused(*args, **kwargs):
+        raise AssertionError("read through delta-rs's Python filesystem")
+
+    monkeypatch.setattr(DeltaTable, "to_pyarrow_dataset", refused)
+    snapshot = lake.snapshot("t")
+    assert sorted(lake.read_arrow(snapshot).column("id").to_pylist()) == [1, 2, 3]
+    assert lake.read_arrow(snapshot, columns=["id"], where=pads.field("id") > 1).num_rows == 2
