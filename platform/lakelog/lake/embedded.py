@@ -234,10 +234,7 @@ class EmbeddedLake:
     ) -> pa.Table:
         schema = snapshot.arrow_schema
         names = list(columns or schema.names)
-        if files is None:
-            # Every file, read by pyarrow's own filesystem: delta-rs's dataset reads through a
-            # Python file object, whose reader may be let go on an Arrow thread as the
-            # interpreter exits, and a thread that then asks for the GIL aborts the process.
+        if files is None:  # by pyarrow's filesystem, not delta-rs's Python files (loaded_tables)
             files, named = snapshot.files(), [c for c in snapshot.partition_columns if c in names]
             if not partition_types_held(schema, named):
                 return snapshot.table.to_pyarrow_dataset().to_table(

@@ -9,6 +9,7 @@ import pyarrow.dataset as pads
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import types as T
 
+from lakelog.lake import EmbeddedLake
 from lakelog.lake.loaded_tables import LoadedTables
 
 T_SCHEMA = T.StructType([T.StructField("id", T.LongType())])
@@ -106,8 +107,6 @@ def test_the_least_recently_used_table_is_dropped_first(tmp_path):
 def test_lakes_at_one_root_share_a_loaded_table_until_one_writes(lake, spark):
     """Each Dagster step opens a lake of its own: a snapshot of an unchanged table is the table
     another lake loaded, and a write through either is seen by both at once."""
-    from lakelog.lake import EmbeddedLake
-
     lake.create_table("t", T_SCHEMA)
     other = EmbeddedLake(spark, lake.root)
     before = lake.snapshot("t")
