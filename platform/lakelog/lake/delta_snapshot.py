@@ -1,11 +1,14 @@
 """A Delta table version as delta-rs loads it: schema, properties, data files with statistics.
 
-`EmbeddedLake.snapshot` returns one; the file list of a version is cached per table, since a
-version never changes.
+`EmbeddedLake.snapshot` returns one. A version never changes, so its file list, parsed from the
+add actions delta-rs gives, is kept: with the loaded table, which the lakes of a process share
+while it is current (`lakelog.lake.loaded_tables`), and per lake by table and version, for a
+table that is loaded anew each time (one on an object store).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from urllib.parse import unquote
 
@@ -51,15 +54,24 @@ class DeltaSnapshot:
         return dict(self.table.metadata().configuration)
 
     def files(self) -> list[DataFile]:
-        """The version's data files; a version never changes, so the list is kept per table."""
-        cached = self._cache.get(self.path)
-        if cached is None or cached[0] != self.version:
-            cached = (self.version, _data_files(pa.table(self.table.get_add_actions(flatten=True))))
-            self._cache[self.path] = cached
-        return list(cached[1])
+        """The version's data files, parsed once per loaded table (and per lake and version)."""
+        found = _PARSED.get(id(self.table))
+        if found is None:
+            cached = self._cache.get(self.path)
+            found = cached[1] if cached is not None and cached[0] == self.version else \
+                _data_files(pa.table(self.table.get_add_actions(flatten=True)))
+            _PARSED[id(self.table)] = found
+            weakref.finalize(self.table, _PARSED.pop, id(self.table), None).atexit = False
+        self._cache[self.path] = (self.version, found)
+        return list(found)
 
     def txn_version(self, app_id: str) -> int | None:
         return self.table.transaction_version(app_id)
+
+
+#: The file lists of the loaded tables alive, by the table object's id (a `DeltaTable` is not
+#: hashable): an entry leaves with its table, before the id can be another's.
+_PARSED: dict[int, list[DataFile]] = {}
 
 
 def _data_files(actions: pa.Table) -> list[DataFile]:

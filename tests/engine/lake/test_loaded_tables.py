@@ -132,3 +132,38 @@ def test_a_whole_table_is_read_without_delta_rs_python_files(lake, monkeypatch):
     snapshot = lake.snapshot("t")
     assert sorted(lake.read_arrow(snapshot).column("id").to_pylist()) == [1, 2, 3]
     assert lake.read_arrow(snapshot, columns=["id"], where=pads.field("id") > 1).num_rows == 2
+
+
+def test_a_loaded_version_s_files_are_parsed_once_for_every_lake(lake, spark, monkeypatch):
+    """A step's lake is new; the file list of a table another lake loaded is not parsed again,
+    and a new version's is."""
+    from lakelog.lake import delta_snapshot
+
+    parsed = []
+    real = delta_snapshot._data_files
+    monkeypatch.setattr(delta_snapshot, "_data_files",
+                        lambda actions: parsed.append(actions.num_rows) or real(actions))
+    lake.create_table("t", T_SCHEMA)
+    lake.write_rows(lake.snapshot("t"), [{"id": 1}])
+    first = lake.snapshot("t").files()
+    assert EmbeddedLake(spark, lake.root).snapshot("t").files() == first and parsed == [1]
+    lake.write_rows(lake.snapshot("t"), [{"id": 2}])
+    assert len(EmbeddedLake(spark, lake.root).snapshot("t").files()) == 2 and parsed == [1, 2]
+
+
+def test_a_file_list_leaves_with_its_loaded_table(lake, spark):
+    """The lists are kept by the table object's id: one let go takes its list along, so a
+    later table given the same id cannot be handed another's files."""
+    import gc
+
+    from lakelog.lake import delta_snapshot
+
+    lake.create_table("t", T_SCHEMA)
+    lake.write_rows(lake.snapshot("t"), [{"id": 1}])
+    table = DeltaTable(lake.uri("t"))  # loaded apart from the process's kept tables
+    key = id(table)
+    assert len(delta_snapshot.DeltaSnapshot("t", table, {}).files()) == 1
+    assert key in delta_snapshot._PARSED
+    del table
+    gc.collect()
+    assert key not in delta_snapshot._PARSED
