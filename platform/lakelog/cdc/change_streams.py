@@ -41,6 +41,7 @@ from lakelog.errors import ChangesUnavailableError, ConfigError, LakelogError
 from lakelog.lake import AppTxn, Lake, Snapshot, held_read
 from lakelog.log.offsets import append
 from lakelog.log.topics import Topic
+from lakelog.spark import literals
 
 METADATA_KEY = "lakelog.changeStream"
 ORDER_BY = ("_version", "_key")
@@ -175,7 +176,7 @@ def _snapshot_events(lake: Lake, stream: ChangeStream, table: Snapshot, *, now: 
     return rows.select(
         F.lit(None).cast(stream.row).alias("before"), _row(stream).alias("after"),
         F.lit("r").alias("op"), F.lit(table.version).cast("long").alias("_version"),
-        F.lit(now).cast("timestamp").alias("_time"),
+        literals.timestamp(now).alias("_time"),
     )
 
 
@@ -249,6 +250,6 @@ def _envelopes(events: DataFrame, stream: ChangeStream, *, now: datetime) -> Dat
         *[(F.col(f.name) if f.name not in derived else derived[f.name]).alias(f.name)
           for f in topic.payload_fields],
         F.create_map(F.lit("source"), F.lit(stream.path)).alias("headers"),
-        F.lit(now).cast("timestamp").alias("ingest_time"),
+        literals.timestamp(now).alias("ingest_time"),
         "_version", derived[topic.key].alias("_key"),
     )

@@ -31,6 +31,7 @@ from lakelog.lake import Lake
 from lakelog.lake.merge_on_read import merge_keys, overlap_groups
 from lakelog.lake.squash import SquashResult, squash
 from lakelog.lake.upsert import write_clustered
+from lakelog.spark import literals
 
 @dataclass(frozen=True)
 class CompactedTable(ChangelogTable):
@@ -101,7 +102,7 @@ def purge_tombstones(lake: Lake, table: CompactedTable, *, now: datetime) -> int
 
 def expired_tombstones(table: CompactedTable, now: datetime) -> Column:
     """Tombstones committed before ``now - tombstone_retention`` (never null)."""
-    cutoff = F.lit(now - table.tombstone_retention)
+    cutoff = literals.timestamp(now - table.tombstone_retention)
     return F.col("_deleted") & F.coalesce(F.col("_commit_time") < cutoff, F.lit(False))
 
 

@@ -44,6 +44,7 @@ from pyspark.sql.window import Window
 from lakelog.joins.side import trailer
 from lakelog.lake.one_partition import one_partition
 from lakelog.log.records import record_json
+from lakelog.spark import literals
 
 if TYPE_CHECKING:
     from lakelog.joins.window_join import WindowJoin
@@ -123,9 +124,9 @@ def match_batch(
     unkept = {"left": side == "right", "right": side == "left", "full": F.lit(False)}[join.how]
     reason = F.when(~new, None).when(unkept & null_key, "null_key")
     if before is not None:
-        behind = F.col("_time") < F.lit(before)
+        behind = F.col("_time") < literals.timestamp(before)
         reason = reason.when(
-            (side == "right") & (F.col("_time") < F.lit(before - join.within)), "window_closed"
+            (side == "right") & (F.col("_time") < literals.timestamp(before - join.within)), "window_closed"
         ).when(behind, "behind_watermark")
     every = every.withColumn("_reason", reason)
     joining = F.col("_reason").isNull()
@@ -156,8 +157,8 @@ def match_batch(
 
     closed, expired = F.lit(False), F.lit(False)
     if after is not None:
-        closed = is_left & (F.col("_time") < F.lit(after - join.within))
-        expired = is_right & (F.col("_time") < F.lit(after))
+        closed = is_left & (F.col("_time") < literals.timestamp(after - join.within))
+        expired = is_right & (F.col("_time") < literals.timestamp(after))
     matches = rows.where(is_left).select(
         *join.left.names, F.explode("_pairs").alias("_pair"), "_time"
     ).select(
@@ -231,7 +232,7 @@ def _late(join: WindowJoin, rows: DataFrame, *, before: datetime | None, batch: 
         F.col("_event_id").alias("event_id"),
         F.col("_time").alias("event_time"),
         F.col("_reason").alias("reason"),
-        F.lit(before).cast("timestamp").alias("watermark"),
+        literals.timestamp(before).alias("watermark"),
         F.col("_record").alias("record"),
         *trailer(batch=batch, time=F.col("_time")),
     )

@@ -25,6 +25,7 @@ from pyspark.sql.window import Window
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from lakelog.errors import ChangesUnavailableError
+from lakelog.spark import literals
 
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -323,7 +324,7 @@ def net_changes(
         return df.select(
             *columns,
             F.lit(version).cast("long").alias("_commit_version"),
-            F.lit(timestamp).cast("timestamp").alias("_commit_timestamp"),
+            literals.timestamp(timestamp).alias("_commit_timestamp"),
         )
 
     new = labelled(after).withColumn("_change_type", F.lit("insert"))

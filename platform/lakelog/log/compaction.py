@@ -24,6 +24,7 @@ from lakelog.errors import ConfigError
 from lakelog.lake import DataFile, Lake, Snapshot
 from lakelog.log.offsets import topic_snapshot
 from lakelog.log.topics import Topic
+from lakelog.spark import literals
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def compact_topic(lake: Lake, topic: Topic, *, now: datetime) -> CompactionResul
     expired = F.lit(False)
     if policy.tombstone:
         cutoff = now - policy.delete_retention
-        expired = F.expr(policy.tombstone) & (F.col("ingest_time") < F.lit(cutoff))
+        expired = F.expr(policy.tombstone) & (F.col("ingest_time") < literals.timestamp(cutoff))
     kept = latest.where(~F.coalesce(expired, F.lit(False))).persist()
     try:
         after = kept.count()

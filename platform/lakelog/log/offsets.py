@@ -32,6 +32,7 @@ from lakelog.lake.pages import LOG_PAGE_ROWS, PAGE_ROWS
 from lakelog.log import held_records
 from lakelog.log.held_batch import per_partition, with_offsets
 from lakelog.log.topics import Topic
+from lakelog.spark import literals
 
 APPEND_GUARD = "lakelog.append"
 #: Table property: per log partition, a head that holds even when the head's record is removed.
@@ -342,9 +343,9 @@ def read_event_time(
     files = [f for f in snapshot.files() if f.overlaps("event_time", start, end)]
     df = lake.read(snapshot, files=files)
     if start is not None:
-        df = df.where(F.col("event_time") >= F.lit(start))
+        df = df.where(F.col("event_time") >= literals.timestamp(start))
     if end is not None:
-        df = df.where(F.col("event_time") < F.lit(end))
+        df = df.where(F.col("event_time") < literals.timestamp(end))
     return df
 
 
@@ -360,7 +361,7 @@ def offsets_for_time(
     if files:
         rows = (
             lake.read(snapshot, files=files)
-            .where(F.col("ingest_time") >= F.lit(when))
+            .where(F.col("ingest_time") >= literals.timestamp(when))
             .groupBy("partition")
             .agg(F.min("offset").alias("offset"))
             .collect()

@@ -42,6 +42,7 @@ from lakelog.log.offsets import RangeStats
 from lakelog.log.records import record_json
 from lakelog.patterns.pattern import Pattern
 from lakelog.patterns.worker import match_batches
+from lakelog.spark import literals
 
 LATE = T.StructType([
     T.StructField("topic", T.StringType()),
@@ -160,7 +161,8 @@ def _events(p: Pattern, index: int, records: DataFrame, before: datetime | None,
         column = F.lit(1) if m.function == "count" else F.col(m.column)
         own = p.step(m.step).topic == topic
         measures.append((column if own else F.lit(None)).cast(p.source_type(m)).alias(f"_m{n}"))
-    late_before = F.lit(False) if before is None else F.col("event_time") < F.lit(before)
+    late_before = F.lit(False) if before is None else \
+        F.col("event_time") < literals.timestamp(before)
     return records.select(
         F.concat_ws(":", F.lit(topic), "partition", "offset").alias("_id"),
         *p.key,
@@ -171,7 +173,7 @@ def _events(p: Pattern, index: int, records: DataFrame, before: datetime | None,
         *measures,
         late_before.alias("_late"),
         F.lit(topic).alias("topic"), "event_id", "event_time",
-        F.lit(before).cast("timestamp").alias("watermark"),
+        literals.timestamp(before).alias("watermark"),
         record_json().alias("record"),
         F.lit(batch).cast("long").alias("batch"),
     )

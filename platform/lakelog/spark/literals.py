@@ -20,6 +20,9 @@ def micros(moment: datetime) -> int:
     return (moment.astimezone(timezone.utc) - EPOCH) // timedelta(microseconds=1)
 
 
-def timestamp(moment: datetime) -> Column:
-    """`moment` as a Spark timestamp literal, folded by the optimizer like any literal."""
+def timestamp(moment: datetime | None) -> Column:
+    """`moment` as a Spark timestamp literal, folded by the optimizer like any literal (None: a
+    null timestamp)."""
+    if moment is None:
+        return F.lit(None).cast("timestamp")
     return F.timestamp_micros(F.lit(micros(moment)))

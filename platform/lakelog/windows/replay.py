@@ -33,6 +33,7 @@ from lakelog.errors import ConfigError
 from lakelog.lake import Lake
 from lakelog.log.offsets import partition_states, read_offsets, topic_snapshot
 from lakelog.log.topics import Topic
+from lakelog.spark import literals
 from lakelog.windows import Session, WindowedAggregate, batch_windows
 from lakelog.windows.consumer import prepared
 
@@ -99,10 +100,12 @@ def replay_windows(
     records = committed_records(lake, agg, topics)
     reach = _reach(agg)
     if reach is not None:  # a window starting in the range ends before end + reach
-        window = (F.col("event_time") >= F.lit(start)) & (F.col("event_time") < F.lit(end + reach))
+        window = (F.col("event_time") >= literals.timestamp(start)) & \
+            (F.col("event_time") < literals.timestamp(end + reach))
         records = {name: df.where(window) for name, df in records.items()}
     windows = batch_windows(agg, prepared(agg, records))
-    return windows.where((F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end)))
+    return windows.where((F.col("window_start") >= literals.timestamp(start))
+                         & (F.col("window_start") < literals.timestamp(end)))
 
 
 def write_replay(
@@ -114,7 +117,8 @@ def write_replay(
     snapshot = lake.snapshot(path)
     old = [f for f in snapshot.files() if f.overlaps("window_start", start, end - timedelta(microseconds=1))]
     kept = lake.read(snapshot, files=old).where(
-        (F.col("window_start") < F.lit(start)) | (F.col("window_start") >= F.lit(end))
+        (F.col("window_start") < literals.timestamp(start))
+        | (F.col("window_start") >= literals.timestamp(end))
     )
     return lake.write(
         snapshot,
@@ -167,7 +171,8 @@ def compare(
     `retained` is the oldest event time the log still holds (`retained_from`), if retention
     removed records; windows starting before it are counted apart.
     """
-    in_range = (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
+    in_range = (F.col("window_start") >= literals.timestamp(start)) & \
+        (F.col("window_start") < literals.timestamp(end))
     if replayed is None:
         replayed = lake.read(lake.snapshot(replay_path(agg))).where(in_range)
     live_path = agg.windows.path

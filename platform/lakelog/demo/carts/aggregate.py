@@ -38,6 +38,7 @@ from lakelog.lake import AppTxn, Lake, already_committed
 from lakelog.lake.upsert import candidate_files
 from lakelog.log.topics import EventTime, Retention, Topic
 from lakelog.sourcing import ReplayCheck
+from lakelog.spark import literals
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 KEY = ("cart_id",)
@@ -141,7 +142,7 @@ class CartAggregate:
                 F.lit("source"), F.lit(self.consumer.name),
                 F.lit("batch"), F.col("batch").cast("string"),
             ).alias("headers"),
-            F.lit(now).cast("timestamp").alias("ingest_time"),
+            literals.timestamp(now).alias("ingest_time"),
             F.col("batch").alias("_batch"),
             F.col("partition").alias("_partition"),
             F.col("offset").alias("_offset"),
