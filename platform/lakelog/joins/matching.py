@@ -125,9 +125,9 @@ def match_batch(
     reason = F.when(~new, None).when(unkept & null_key, "null_key")
     if before is not None:
         behind = F.col("_time") < literals.timestamp(before)
-        reason = reason.when(
-            (side == "right") & (F.col("_time") < literals.timestamp(before - join.within)), "window_closed"
-        ).when(behind, "behind_watermark")
+        outside = F.col("_time") < literals.timestamp(before - join.within)
+        reason = reason.when((side == "right") & outside, "window_closed").when(
+            behind, "behind_watermark")
     every = every.withColumn("_reason", reason)
     joining = F.col("_reason").isNull()
     is_left, is_right = joining & (side == "left"), joining & (side == "right")

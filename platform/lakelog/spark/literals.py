@@ -1,8 +1,9 @@
 """Literals a Spark Connect client sends as they are, without asking the server anything.
 
-PySpark's Connect client turns a `datetime` literal (`F.lit`, or a row of `createDataFrame`)
-into a timestamp in the session's time zone, which it asks the server for: a round trip per
-literal or frame. The same instant as microseconds since the epoch needs none.
+PySpark's Connect client asks the server for the session's timestamp type to type a `datetime`
+literal (`F.lit`), and for its time zone among other settings to build a frame of rows
+(`createDataFrame`): a round trip per literal or frame. The same instant as microseconds since
+the epoch needs none.
 """
 
 from __future__ import annotations
