@@ -14,7 +14,7 @@ from lakelog.spark.session import over_connect
 MOMENTS = [
     datetime(2026, 3, 29, 1, 30, 15, 123456, tzinfo=timezone.utc),
     datetime(2026, 3, 29, 3, 30, tzinfo=timezone(timedelta(hours=2))),
-    datetime(2026, 12, 6, 9, 0, 0, 1),  # naive: local time, as Python's and PySpark's
+    datetime(2026, 12, 6, 9, 0, 0, 1),  # naive: local time (no caller passes one)
     datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc),
 ]
 

@@ -1,9 +1,9 @@
 """A Delta table version as delta-rs loads it: schema, properties, data files with statistics.
 
 `EmbeddedLake.snapshot` returns one. A version never changes, so its file list, parsed from the
-add actions delta-rs gives, is kept: with the loaded table, which the lakes of a process share
-while it is current (`lakelog.lake.loaded_tables`), and per lake by table and version, for a
-table that is loaded anew each time (one on an object store).
+add actions delta-rs gives, is kept with the loaded table, which the lakes of a process share
+while it is current (`lakelog.lake.loaded_tables`). A table on an object store is loaded anew
+each time, and its list parsed with it.
 """
 
 from __future__ import annotations
@@ -23,13 +23,10 @@ from lakelog.lake.schema import spark_schema
 class DeltaSnapshot:
     """A Delta table loaded at one version by delta-rs."""
 
-    def __init__(
-        self, path: str, table: DeltaTable, cache: dict[str, tuple[int, list[DataFile]]]
-    ) -> None:
+    def __init__(self, path: str, table: DeltaTable) -> None:
         self.path = path
         self.table = table
         self.version: int = table.version()
-        self._cache = cache
 
     @property
     def schema(self) -> StructType:
@@ -54,15 +51,13 @@ class DeltaSnapshot:
         return dict(self.table.metadata().configuration)
 
     def files(self) -> list[DataFile]:
-        """The version's data files, parsed once per loaded table (and per lake and version)."""
+        """The version's data files, parsed once per loaded table."""
         found = _PARSED.get(id(self.table))
         if found is None:
-            cached = self._cache.get(self.path)
-            found = cached[1] if cached is not None and cached[0] == self.version else \
-                _data_files(pa.table(self.table.get_add_actions(flatten=True)))
-            _PARSED[id(self.table)] = found
+            found = _data_files(pa.table(self.table.get_add_actions(flatten=True)))
+            # The entry leaves with the table: the finalizer first, so no entry is left behind.
             weakref.finalize(self.table, _PARSED.pop, id(self.table), None).atexit = False
-        self._cache[self.path] = (self.version, found)
+            _PARSED[id(self.table)] = found
         return list(found)
 
     def txn_version(self, app_id: str) -> int | None:

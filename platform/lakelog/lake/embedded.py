@@ -64,7 +64,6 @@ class EmbeddedLake:
         """`spark` may be a factory: metadata-only work (offsets, heads, lag) never starts Spark."""
         self._spark = spark
         self._spark_ready = False
-        self._files: dict[str, tuple[int, list[DataFile]]] = {}  # latest listed version per table
         if "://" in root:
             self.root = root.rstrip("/")
             self.fs, self._fs_root = pafs.FileSystem.from_uri(self.root)
@@ -162,7 +161,7 @@ class EmbeddedLake:
         )
 
     def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
-        return DeltaSnapshot(path, self._delta(path, version), self._files)
+        return DeltaSnapshot(path, self._delta(path, version))
 
     def read(
         self,

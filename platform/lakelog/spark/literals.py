@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -25,5 +26,5 @@ def timestamp(moment: datetime | None) -> Column:
     """`moment` as a Spark timestamp literal, folded by the optimizer like any literal (None: a
     null timestamp)."""
     if moment is None:
-        return F.lit(None).cast("timestamp")
+        return F.lit(None).cast(T.TimestampType())  # not the session's default timestamp type
     return F.timestamp_micros(F.lit(micros(moment)))

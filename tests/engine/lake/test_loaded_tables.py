@@ -162,7 +162,7 @@ def test_a_file_list_leaves_with_its_loaded_table(lake, spark):
     lake.write_rows(lake.snapshot("t"), [{"id": 1}])
     table = DeltaTable(lake.uri("t"))  # loaded apart from the process's kept tables
     key = id(table)
-    assert len(delta_snapshot.DeltaSnapshot("t", table, {}).files()) == 1
+    assert len(delta_snapshot.DeltaSnapshot("t", table).files()) == 1
     assert key in delta_snapshot._PARSED
     del table
     gc.collect()
