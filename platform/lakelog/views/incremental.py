@@ -123,7 +123,7 @@ def _arrow_hours(moments: pa.ChunkedArray) -> dict[datetime, int]:
 
 def in_hours(column: str, hours: Collection[datetime]):
     # Each hour as microseconds since the epoch: a datetime literal would have Spark Connect's
-    # client ask the server for the session's time zone, a round trip per hour.
+    # client ask the server for the session's timestamp type, a round trip per hour.
     moments = [literals.timestamp(h) for h in sorted(hours)]
     return F.date_trunc("hour", F.col(column)).isin(*moments)
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -100,12 +100,15 @@ def replay_windows(
     records = committed_records(lake, agg, topics)
     reach = _reach(agg)
     if reach is not None:  # a window starting in the range ends before end + reach
-        window = (F.col("event_time") >= literals.timestamp(start)) & \
-            (F.col("event_time") < literals.timestamp(end + reach))
+        window = _between("event_time", start, end + reach)
         records = {name: df.where(window) for name, df in records.items()}
     windows = batch_windows(agg, prepared(agg, records))
-    return windows.where((F.col("window_start") >= literals.timestamp(start))
-                         & (F.col("window_start") < literals.timestamp(end)))
+    return windows.where(_between("window_start", start, end))
+
+
+def _between(column: str, start: datetime, end: datetime) -> Column:
+    """``start <= column < end``, the bounds sent as literals that need no round trip."""
+    return (F.col(column) >= literals.timestamp(start)) & (F.col(column) < literals.timestamp(end))
 
 
 def write_replay(
@@ -116,10 +119,7 @@ def write_replay(
     lake.create_table(path, agg.windows.schema)
     snapshot = lake.snapshot(path)
     old = [f for f in snapshot.files() if f.overlaps("window_start", start, end - timedelta(microseconds=1))]
-    kept = lake.read(snapshot, files=old).where(
-        (F.col("window_start") < literals.timestamp(start))
-        | (F.col("window_start") >= literals.timestamp(end))
-    )
+    kept = lake.read(snapshot, files=old).where(~_between("window_start", start, end))
     return lake.write(
         snapshot,
         kept.unionByName(rows.select(*agg.windows.schema.fieldNames())),
@@ -171,8 +171,7 @@ def compare(
     `retained` is the oldest event time the log still holds (`retained_from`), if retention
     removed records; windows starting before it are counted apart.
     """
-    in_range = (F.col("window_start") >= literals.timestamp(start)) & \
-        (F.col("window_start") < literals.timestamp(end))
+    in_range = _between("window_start", start, end)
     if replayed is None:
         replayed = lake.read(lake.snapshot(replay_path(agg))).where(in_range)
     live_path = agg.windows.path
@@ -181,11 +180,11 @@ def compare(
     )
     if agg.emit == "final":  # the live table publishes a window once the watermark passed it
         mark = watermark_of(checkpoints.load(lake, agg.consumer.name).state)
-        replayed = replayed.where(F.lit(mark is not None) & (F.col("window_end") <= F.lit(mark)))
+        replayed = replayed.where(F.lit(mark is not None) & (F.col("window_end") <= literals.timestamp(mark)))
     keys = list(agg.keys)
     beyond = 0
     if retained is not None:
-        old = F.col("window_start") < F.lit(retained)
+        old = F.col("window_start") < literals.timestamp(retained)
         beyond = live.where(old).count()
         live, replayed = live.where(~old), replayed.where(~old)
     if agg.late == "drop" and lake.exists(agg.late_records.path):
