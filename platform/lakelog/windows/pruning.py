@@ -3,7 +3,8 @@
 Two kinds of stored windows matter to a batch: those its events can change (by event-time range,
 per window kind) and those the watermark passes in this batch (``window_end`` in
 ``(watermark before, watermark after]``: every window ending at or before the earlier watermark
-was made final by an earlier batch). Every other file is skipped unread. The window tables are
+was made final by an earlier batch). Under ``late='drop'`` a fixed window that ended by the
+earlier watermark cannot change either. Every other file is skipped unread. The window tables are
 clustered by ``window_start`` (`rows_per_file`), so for event-time data both sets are a few
 recent files.
 """
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from lakelog.consumers.watermarks import from_us
 from lakelog.lake import DataFile
-from lakelog.windows.kinds import Session, Sliding
+from lakelog.windows.kinds import Hopping, Session, Sliding, Tumbling
 
 if TYPE_CHECKING:
     from lakelog.windows.spec import WindowedAggregate
@@ -57,8 +58,16 @@ def files_to_read(
     it has no events.
     """
     finalizing = watermark_after_us is not None and watermark_after_us != watermark_before_us
+    # A fixed window that ended by the earlier watermark was made final then; under 'drop' a
+    # record for it is late (`lakelog.windows.late`) and it stays as it is. Without this, one
+    # late record a batch had every file since its time read and rewritten whole (the demo's
+    # page views: the whole table in every batch).
+    settled = (agg.late == "drop" and isinstance(agg.window, (Tumbling, Hopping))
+               and watermark_before_us is not None)
     chosen = []
     for file in files:
+        if settled and not _between(file, "window_end", watermark_before_us + 1, None):
+            continue
         if events_us is not None and may_change(agg, file, *events_us):
             chosen.append(file)
         elif finalizing and _between(file, "window_end", watermark_before_us, watermark_after_us):

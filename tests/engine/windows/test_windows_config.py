@@ -152,6 +152,25 @@ def test_pruning_reads_only_the_files_a_batch_can_change_or_finalize():
     assert chosen(session, events_s=(1500, 1520)) == ["newest"]
 
 
+def test_a_late_record_does_not_have_final_fixed_windows_read_under_drop():
+    # One record of the batch is from long ago (second 100): under 'drop' it is late for every
+    # window, and a file whose windows all ended by the earlier watermark cannot change.
+    for window in (Tumbling(MINUTE), Hopping(size=2 * MINUTE, hop=MINUTE)):
+        dropping = declare(window=window)
+        assert chosen(dropping, events_s=(100, 1300), before_s=1250, after_s=1300) == ["newest"]
+        assert chosen(dropping, events_s=(100, 1300), before_s=1200, after_s=1300) == [
+            "recent", "newest"]  # "recent" holds a window ending after 1200 (slack): read
+        correcting = declare(window=window, late="correct")
+        assert chosen(correcting, events_s=(100, 1300), before_s=1250, after_s=1300) == [
+            "old", "recent", "newest"]
+        # No watermark yet (a first batch): nothing is final.
+        assert chosen(dropping, events_s=(100, 1300)) == ["old", "recent", "newest"]
+    # A sliding row is an input of later frames, and a session may merge: read as before.
+    for window in (Sliding(timedelta(seconds=100)), Session(timedelta(seconds=30))):
+        assert "old" in chosen(declare(window=window), events_s=(100, 1300), before_s=1250,
+                               after_s=1300)
+
+
 def test_demo_windows_are_valid_and_prepare_their_events(spark):
     assert set(WINDOWS) == {
         "revenue_per_minute", "product_views_10m", "order_value_rolling", "user_sessions",
