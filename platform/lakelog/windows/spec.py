@@ -20,6 +20,13 @@ from lakelog.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKin
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 COLUMN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+#: A window table's rows per file by default. A microbatch rewrites every file holding a window
+#: it changes or finalizes, and a hopping window makes several windows of each event: with
+#: 50,000-row files the demo's 10-minute windows every minute rewrote the whole table in each
+#: of a 100,000-event demo's four batches (26,000, 52,000, 78,000 and 107,000 rows written).
+#: 15,000-record batches of them: 3.2 s against 2.2 s with 10,000 (5,000: 2.3 s;
+#: `bench_pipeline.py --records 15000`, benchmarks/README.md).
+ROWS_PER_FILE = 10_000
 
 Emit = Literal["update", "final"]
 LatePolicy = Literal["drop", "correct"]
@@ -58,7 +65,7 @@ class WindowedAggregate:
     prepare: Prepare | None = None
     prepare_keeps_time: bool = False
     max_records_per_batch: int = 250_000
-    rows_per_file: int | None = 50_000
+    rows_per_file: int | None = ROWS_PER_FILE
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME.match(self.name):
