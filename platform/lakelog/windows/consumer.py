@@ -212,7 +212,12 @@ def outputs(
         gone = final.select(*agg.keys)
         if deletes is not None:
             gone = gone.unionByName(deletes.select(*agg.keys))
-        published = Changes(final)
+        # A window leaves the state as it is published, and under 'drop' nothing opens it
+        # again (a record for it is late): its key is new to the published table, so no stored
+        # row is read or rewritten. Found by the published keys' range, the files to rewrite
+        # were all of them for sessions (a 1,000,000-event demo rewrote the whole
+        # `streams/user_sessions` in each batch: 6,800, 14,800, 22,700, 31,400 rows).
+        published = Changes(final, files=())
         kept = Changes(rows.where(~F.col("is_final")), gone, read, rows_hint)
     return {**late, agg.windows.path: published, agg.state.path: kept}
 

@@ -196,6 +196,16 @@ def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topi
     (open_,) = table(lake, agg.state.path).collect()
     assert (open_.user_id, open_.window_start, open_.is_final) == ("ua", at("10:03:21"), False)
 
+    # 10:06:01 closes ua's second session: published beside the first two, whose file stays as
+    # written (a published window never changes under 'drop', so nothing is read or rewritten).
+    written = {f.path for f in lake.snapshot(agg.windows.path).files()}
+    produce(lake, spark, topic, [record(4, user="uc", seconds=360)], now + 3 * SECOND)
+    consumers.run_batch(lake, consumer, topics, now=now + 3 * SECOND)
+    after = lake.snapshot(agg.windows.path)
+    assert written < {f.path for f in after.files()}
+    assert sorted((r.user_id, r.window_start, r.n) for r in lake.read(after).collect()) == [
+        ("ua", at("10:00:01"), 2), ("ua", at("10:03:21"), 1), ("ub", at("10:00:11"), 1)]
+
 
 def test_an_idle_tick_reads_no_events(spark, lake, topic, now):
     """An idle tick's batch has no records: what its events' pass would find is known (no event,
