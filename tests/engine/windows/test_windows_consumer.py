@@ -18,7 +18,7 @@ from lakelog import consumers
 from lakelog.consumers import BatchInput, checkpoints
 from lakelog.consumers.watermarks import Watermark, watermark_of
 from lakelog.errors import ConfigError
-from lakelog.lake import AppTxn, already_committed
+from lakelog.lake import AppTxn, already_committed, driver_write
 from lakelog.log import ingest, offsets
 from lakelog.log.offsets import RangeStats, ensure_topic_table, read_offsets, topic_snapshot
 from lakelog.windows import Count, Session, Sum, Tumbling, WindowedAggregate
@@ -205,6 +205,25 @@ def test_final_mode_publishes_each_session_once_across_a_crash(spark, lake, topi
     assert written < {f.path for f in after.files()}
     assert sorted((r.user_id, r.window_start, r.n) for r in lake.read(after).collect()) == [
         ("ua", at("10:00:01"), 2), ("ua", at("10:03:21"), 1), ("ub", at("10:00:11"), 1)]
+
+
+def test_published_windows_are_laid_out_by_their_own_count(spark, lake, topic, now, monkeypatch):
+    # Past what is collected here, the batch's records (40) would size the write: a file for
+    # every 2 of them, so 4 published sessions in 4 files. Counted, they fill 2 files of 2.
+    monkeypatch.setattr(driver_write, "SMALL_WRITE_ROWS", 5)
+    agg = WindowedAggregate(
+        "visits", (topic.name,), Session(gap=timedelta(minutes=1)), (Count("n"),),
+        group_by=("user_id",), emit="final", rows_per_file=2,
+    )
+    consumer, topics = agg.consumer, {topic.name: topic}
+    produce(lake, spark, topic, [record(i, user=f"u{i}", seconds=i) for i in range(4)], now)
+    consumers.run_batch(lake, consumer, topics, now=now)
+    produce(lake, spark, topic, [record(10 + i, user="late_comer", seconds=600 + i)
+                                 for i in range(40)], now + SECOND)
+    consumers.run_batch(lake, consumer, topics, now=now + SECOND)
+    published = lake.snapshot(agg.windows.path)
+    assert sorted(r.user_id for r in lake.read(published).collect()) == ["u0", "u1", "u2", "u3"]
+    assert [f.num_records for f in published.files()] == [2, 2]
 
 
 def test_an_idle_tick_reads_no_events(spark, lake, topic, now):
