@@ -39,9 +39,10 @@ if TYPE_CHECKING:
     from lakelog.lake import Snapshot
 
 #: The most rows (by the caller's estimate) written this way; more go through a Spark write.
-#: A clustered table's rewrite of one full file (`rows_per_file`, 50,000 by default) and a
-#: batch's new rows fits (the 100k demo's 10-minute windows: ~77,000 rows, 2.2-2.7 s a batch
-#: instead of 3.8 s with Spark's write and its range partitioning); a few tens of MB held.
+#: A clustered table's rewrite of a few full files (`rows_per_file`: a window table's 10,000 by
+#: default, 50,000 when this was measured) and a batch's new rows fits (the 100k demo's
+#: 10-minute windows: ~77,000 rows, 2.2-2.7 s a batch instead of 3.8 s with Spark's write and
+#: its range partitioning); a few tens of MB held.
 SMALL_WRITE_ROWS = 100_000
 
 #: Partition values that name a folder as they are; anything else (Spark escapes it) or a null

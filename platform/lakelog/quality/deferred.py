@@ -15,12 +15,18 @@ the block gets the real module, as ever.
 
 from __future__ import annotations
 
+import copyreg
 import importlib
 import importlib.machinery
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+#: Held while a stand-in goes into or out of ``sys.modules``: GX may be imported on a thread of
+#: its own (a run's checks, preloaded) while steps import on others.
+_SWAPS = threading.Lock()
 
 
 class Deferred(types.ModuleType):
@@ -38,10 +44,12 @@ class Deferred(types.ModuleType):
 
     def load(self) -> types.ModuleType:
         """The real module, imported now unless it was; its names become the stand-in's.
-        Threads that ask at once import it once: the import system locks each module."""
+        Threads that ask at once import it once: the import system locks each module (not
+        `_SWAPS`, which an import holding a module's lock could wait for)."""
         name = self.__name__
-        if isinstance(sys.modules.get(name), Deferred):
-            sys.modules.pop(name, None)
+        with _SWAPS:  # not another thread's real module, half imported
+            if isinstance(sys.modules.get(name), Deferred):
+                del sys.modules[name]
         real = importlib.import_module(name)
         vars(self).update(vars(real))
         return real
@@ -51,11 +59,22 @@ class Deferred(types.ModuleType):
 def deferred(*names: str) -> Iterator[None]:
     """Imports inside that name one of `names` (a module not imported yet) get a stand-in
     (`Deferred`), which stays with them; after the block the name imports the real module."""
-    standing = {n: Deferred(n) for n in names if n not in sys.modules}
-    sys.modules.update(standing)
+    with _SWAPS:
+        standing = {n: Deferred(n) for n in names if n not in sys.modules}
+        sys.modules.update(standing)
     try:
         yield
     finally:
-        for name, stand_in in standing.items():
-            if sys.modules.get(name) is stand_in:
-                del sys.modules[name]
+        with _SWAPS:
+            for name, stand_in in standing.items():
+                if sys.modules.get(name) is stand_in:
+                    del sys.modules[name]
+
+
+def _by_name(module: Deferred):
+    """Pickled as a module is: by name (cloudpickle, which ships functions to Spark's Python
+    workers, picks a module's reducer by its exact type)."""
+    return importlib.import_module, (module.__name__,)
+
+
+copyreg.pickle(Deferred, _by_name)

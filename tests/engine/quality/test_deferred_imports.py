@@ -4,9 +4,12 @@ first use (`lakelog.quality.deferred`), and work as ever when used."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
+
+from pyspark import cloudpickle
 
 from lakelog.quality.deferred import Deferred, deferred
 
@@ -56,9 +59,12 @@ def test_a_stand_in_runs_its_module_once_on_first_use(tmp_path, monkeypatch):
         import deferred_probe as again
     assert isinstance(probe, Deferred) and again is probe
     assert sys.deferred_probe_runs == 0 and "deferred_probe" not in sys.modules
+    # Pickled by name, as a module is (cloudpickle ships functions that name one to Spark).
+    assert cloudpickle.loads(cloudpickle.dumps(lambda: probe.VALUE))() == 42
+    assert pickle.loads(pickle.dumps(probe)) is sys.modules["deferred_probe"]
+    probe_runs = sys.deferred_probe_runs
 
-    assert probe.VALUE == 42 and sys.deferred_probe_runs == 1
-    assert probe.VALUE == 42 and sys.deferred_probe_runs == 1
+    assert probe.VALUE == 42 and sys.deferred_probe_runs == probe_runs == 1
     import deferred_probe as real
     assert real is sys.modules["deferred_probe"] and not isinstance(real, Deferred)
     assert real.VALUE == 42 and sys.deferred_probe_runs == 1

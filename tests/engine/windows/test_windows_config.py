@@ -159,7 +159,7 @@ def test_a_late_record_does_not_have_final_fixed_windows_read_under_drop():
         dropping = declare(window=window)
         assert chosen(dropping, events_s=(100, 1300), before_s=1250, after_s=1300) == ["newest"]
         assert chosen(dropping, events_s=(100, 1300), before_s=1200, after_s=1300) == [
-            "recent", "newest"]  # "recent" holds a window ending after 1200 (slack): read
+            "recent", "newest"]  # "recent"'s last window ends at 1200 itself: within the slack
         correcting = declare(window=window, late="correct")
         assert chosen(correcting, events_s=(100, 1300), before_s=1250, after_s=1300) == [
             "old", "recent", "newest"]
