@@ -21,10 +21,9 @@ from lakelog.windows.kinds import Hopping, Session, Sliding, Tumbling, WindowKin
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,49}$")
 COLUMN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 #: A window table's rows per file by default. A microbatch rewrites every file holding a window
-#: it changes or finalizes, and a hopping window makes several windows of each event: with
-#: 50,000-row files the demo's 10-minute windows every minute rewrote the whole table in each
-#: of a 100,000-event demo's four batches (26,000, 52,000, 78,000 and 107,000 rows written).
-#: 15,000-record batches of them: 3.2 s against 2.2 s with 10,000 (5,000: 2.3 s;
+#: it changes or finalizes, and a hopping window makes several windows of each event: 15,000
+#: page views a batch into the demo's 10-minute windows every minute met one or two whole
+#: 50,000-row files, 3.2 s a batch against 2.2 s with 10,000 (5,000: 2.3 s;
 #: `bench_pipeline.py --records 15000`, benchmarks/README.md).
 ROWS_PER_FILE = 10_000
 
