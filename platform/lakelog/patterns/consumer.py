@@ -111,10 +111,14 @@ def transform(p: Pattern, batch: BatchInput) -> dict[str, DataFrame | Changes | 
         _events(p, n, batch.records[t.name], before, batch=batch.batch)
         for n, t in enumerate(p.topics)
     ])
-    new = batch.cached(new)
+    # Not kept (`BatchInput.cached`): the match reads the events once, and the late rows, when
+    # the statistics allow any, are read again, only they with their records' JSON; kept, every
+    # event's record was turned to JSON and stored, a Spark job more (benchmarks/README.md).
     state = pending(p)
+    # Of the state's schema, given (`to`): over Spark Connect `mapInArrow` names its input's
+    # columns, which a frame whose schema the client does not know asks the server for.
     every = batch.current(state).unionByName(
-        new.where(~F.col("_late")).select(*state.schema.fieldNames()))
+        new.where(~F.col("_late")).select(*state.schema.fieldNames())).to(state.schema)
     if after is None:  # no event time seen yet: nothing is decided
         matches = batch.lake.spark.createDataFrame([], p.output_schema)
         kept = every
