@@ -48,3 +48,8 @@ class ChangesUnavailableError(LakelogError):
 
 class UnsafeReplayError(LakelogError):
     """Replaying records into a consumer's outputs would count them twice (`lakelog.consumers.resets`)."""
+
+
+class DefinitionChangedError(ConfigError):
+    """A consumer is declared otherwise than when its outputs and state were written
+    (`lakelog.consumers.definitions`)."""

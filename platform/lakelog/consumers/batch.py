@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from lakelog.consumers import checkpoints, writes
+from lakelog.consumers import checkpoints, definitions, writes
 from lakelog.consumers.backlog import positions
 from lakelog.consumers.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.consumers.consumer import BatchInput, Consumer, Output
@@ -138,6 +138,7 @@ def run_batch(
             refuse_if_grouped(lake, consumer, checkpoint)
         if fence is not None:
             fence(unit, checkpoint)
+        definitions.check(consumer, checkpoint)
         if checkpoint.plan is not None:
             planned.append(_Planned(unit, checkpoint, checkpoint.plan, resumed=True))
             continue
@@ -182,7 +183,9 @@ def run_batch(
                 snapshots.update({path: lake.snapshot(path) for path in pending})
             written.update(pending)
     for p in planned:
-        checkpoints.save_commit(lake, p.checkpoint, p.plan, now=now, state=p.state)  # step 4
+        state = p.checkpoint.state if p.state is None else p.state
+        checkpoints.save_commit(lake, p.checkpoint, p.plan, now=now,  # step 4
+                                state=definitions.kept(consumer, state))
     ranges = {tp: r for p in planned for tp, r in p.plan.ranges.items()}
     return BatchResult(
         consumer=consumer.name,

@@ -195,6 +195,10 @@ class Consumer:
     #: the members that run, each partition with its own checkpoint; this many members by
     #: default. 0: one consumer with one checkpoint.
     members: int = 0
+    #: What the outputs and state hold, by name and text (a windowed aggregate's window, emit
+    #: mode, group-by columns and aggregations): kept in the checkpoint, and a batch of the
+    #: consumer declared otherwise is refused (`lakelog.consumers.definitions`).
+    definition: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not NAME.match(self.name):

@@ -26,6 +26,7 @@ computed from.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -64,7 +65,31 @@ def build_consumer(agg: WindowedAggregate) -> Consumer:
         max_records_per_batch=agg.max_records_per_batch,
         advance=partial(advance, agg),
         idle_tick=partial(agg.watermark.idle, horizon=agg.window.horizon),
+        definition=definition(agg),
     )
+
+
+def definition(agg: WindowedAggregate) -> tuple[tuple[str, str], ...]:
+    """What the aggregate's tables hold (`Consumer.definition`): its window, emit mode, group-by
+    columns and aggregations. Not its watermark's lateness, late policy, file layout or
+    `prepare`: a change of those leaves the stored windows what they were."""
+    return (
+        ("window", _described(agg.window)),
+        ("emit", agg.emit),
+        ("group_by", ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in agg.group_fields)),
+        ("aggregates", ", ".join(_described(a) for a in agg.aggregates)),
+    )
+
+
+def _described(declared: Any) -> str:
+    """A window kind or aggregation as its class and fields, e.g. ``Hopping(size=0:10:00,
+    hop=0:01:00)``, ``Sum(name=revenue, column=total, dtype=double)``."""
+    def text(value: Any) -> str:
+        return value.simpleString() if isinstance(value, T.DataType) else str(value)
+
+    fields = ", ".join(f"{f.name}={text(getattr(declared, f.name))}"
+                       for f in dataclasses.fields(declared))
+    return f"{type(declared).__name__}({fields})"
 
 
 #: `prepare`s found to make the columns an aggregate needs, by identity (each held here, so

@@ -3,6 +3,7 @@ and a rebuild from the retained log equals a fresh consumer's outputs."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,7 +20,7 @@ from lakelog.consumers import checkpoints
 from lakelog.consumers.resets import rebuild_consumer, reset_consumer
 from lakelog.consumers.watermarks import Watermark
 from lakelog.demo.pipeline import pipeline as shop
-from lakelog.errors import ConsumerBusyError, UnsafeReplayError
+from lakelog.errors import ConsumerBusyError, DefinitionChangedError, UnsafeReplayError
 from lakelog.lake import EmbeddedLake
 from lakelog.log import ingest
 from lakelog.pipeline import Pipeline
@@ -139,3 +140,42 @@ def test_a_consumer_whose_decisions_were_published_is_not_rebuilt(lake, now):
     with pytest.raises(UnsafeReplayError, match="aggregate.cart cannot be rebuilt: its decided "
                        "events were relayed to topic cart_orders"):
         rebuild_consumer(lake, shop, "aggregate.cart", to="earliest", now=now)
+
+
+def declared(**changes) -> Pipeline:
+    """`PIPELINE` with its windowed aggregate declared otherwise."""
+    [window] = PIPELINE.windows
+    return Pipeline("resets", topics=[EVENTS], windows=[dataclasses.replace(window, **changes)])
+
+
+def test_a_window_declared_otherwise_is_refused_until_rebuilt(lake, spark, now, tmp_path):
+    land(lake, spark, 0, 25, now)
+    catch_up(lake, WINDOW)
+    land(lake, spark, 25, 40, now)
+    final = declared(emit="final")
+    before = checkpoints.load(lake, WINDOW)
+    windows = lake.snapshot("streams/per_ten_seconds").version
+    # Final mode would publish again the windows update mode wrote: refused before it plans.
+    with pytest.raises(DefinitionChangedError, match=r"emit 'update' -> 'final'.*lakelog offsets "
+                       r"reset window.per_ten_seconds --to earliest --rebuild"):
+        consumers.run_batch(lake, final.consumer(WINDOW), final.all_topics, now=now)
+    after = checkpoints.load(lake, WINDOW)
+    assert (after.plan, after.batch, after.committed) == (None, before.batch, before.committed)
+    assert lake.snapshot("streams/per_ten_seconds").version == windows
+    with pytest.raises(DefinitionChangedError, match=r"window 'Tumbling\(size=0:00:10\)' -> "
+                       r"'Tumbling\(size=0:01:00\)'"):
+        consumers.run_batch(lake, declared(window=Tumbling(timedelta(minutes=1))).consumer(WINDOW),
+                            PIPELINE.all_topics, now=now)
+    # A later lateness leaves the stored windows what they were: taken.
+    later = declared(watermark=Watermark(lateness=timedelta(seconds=8)))
+    assert consumers.run_batch(lake, later.consumer(WINDOW), later.all_topics, now=now)
+
+    rebuild_consumer(lake, final, WINDOW, to="earliest", now=now)
+    assert checkpoints.load(lake, WINDOW).state == {}
+    consumers.run_until_caught_up(lake, final.consumer(WINDOW), final.all_topics, now=clock)
+    assert checkpoints.load(lake, WINDOW).state["definition"]["emit"] == "final"
+    fresh = EmbeddedLake(spark, str(tmp_path / "fresh"))
+    shutil.copytree(Path(lake.root) / "log", Path(fresh.root) / "log")
+    consumers.run_until_caught_up(fresh, final.consumer(WINDOW), final.all_topics, now=clock)
+    assertDataFrameEqual(rows(lake, "streams/per_ten_seconds"),
+                         rows(fresh, "streams/per_ten_seconds"))

@@ -1,0 +1,55 @@
+"""A consumer's definition, kept in its checkpoint: a batch of a consumer declared otherwise
+is refused.
+
+What a stateful consumer's outputs hold follows from how it is declared: a windowed
+aggregate's window, emit mode, group-by columns and aggregations. Declared otherwise over the
+same tables and state, its next batches would mix rows of two meanings without an error:
+windows of two sizes in one table, or, from update to final emit, windows published again
+beside the rows update mode left. Structured Streaming refuses a stateful query changed over an
+existing checkpoint; here each batch keeps the consumer's `Consumer.definition` in its
+checkpoint's state, and a batch of a consumer declared otherwise is refused before it plans
+or resumes anything, saying what changed and how to derive the outputs again
+(``lakelog offsets reset <consumer> --to earliest --rebuild``: the rebuild empties the state, so
+the next batch keeps the new definition). A checkpoint without one (written before lakelog kept
+them) takes the consumer's as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lakelog.consumers.checkpoints import Checkpoint
+from lakelog.consumers.consumer import Consumer
+from lakelog.errors import DefinitionChangedError
+
+#: The key of the checkpoint's state that holds the definition.
+DEFINITION = "definition"
+
+
+def check(consumer: Consumer, checkpoint: Checkpoint) -> None:
+    """Refuse a batch of `consumer` over `checkpoint` when the definition it keeps differs."""
+    kept = checkpoint.state.get(DEFINITION)
+    if not consumer.definition or kept is None:
+        return
+    declared = dict(consumer.definition)
+    changed = [f"{name} {kept.get(name)!r} -> {declared.get(name)!r}"
+               for name in sorted(set(kept) | set(declared)) if kept.get(name) != declared.get(name)]
+    if not changed:
+        return
+    unfinished = "" if checkpoint.plan is None else (
+        f" Batch {checkpoint.plan.batch} was planned under the earlier definition and is not "
+        "finished: finish it with that definition first.")
+    raise DefinitionChangedError(
+        f"consumer {consumer.name} is declared otherwise than when its outputs and state were "
+        f"written ({'; '.join(changed)}): its batches would mix the two. Derive them again "
+        f"from the log: lakelog offsets reset {consumer.name} --to earliest --rebuild (or give "
+        f"the changed declaration a name of its own).{unfinished}"
+    )
+
+
+def kept(consumer: Consumer, state: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`state` with the consumer's definition in it, to commit with a batch."""
+    if not consumer.definition:
+        return state
+    return {**state, DEFINITION: dict(consumer.definition)}
