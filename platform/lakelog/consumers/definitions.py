@@ -16,8 +16,11 @@ them) takes the consumer's as it is.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
+
+from pyspark.sql import types as T
 
 from lakelog.consumers.checkpoints import Checkpoint
 from lakelog.consumers.consumer import Consumer
@@ -53,3 +56,15 @@ def kept(consumer: Consumer, state: Mapping[str, Any]) -> Mapping[str, Any]:
     if not consumer.definition:
         return state
     return {**state, DEFINITION: dict(consumer.definition)}
+
+
+def described(declared: Any) -> str:
+    """A declared dataclass (a window kind, an aggregation, a pattern's step) as its class and
+    fields, e.g. ``Hopping(size=0:10:00, hop=0:01:00)``, ``Sum(name=revenue, column=total,
+    dtype=double)``."""
+    def text(value: Any) -> str:
+        return value.simpleString() if isinstance(value, T.DataType) else str(value)
+
+    fields = ", ".join(f"{f.name}={text(getattr(declared, f.name))}"
+                       for f in dataclasses.fields(declared))
+    return f"{type(declared).__name__}({fields})"

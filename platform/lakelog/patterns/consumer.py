@@ -36,6 +36,7 @@ from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.consumers import event_times
+from lakelog.consumers.definitions import described
 from lakelog.consumers.watermarks import to_us, watermark_of
 from lakelog.lake.one_partition import one_partition
 from lakelog.log.offsets import RangeStats
@@ -92,6 +93,18 @@ def consumer(p: Pattern) -> Consumer:
         max_records_per_batch=p.max_records_per_batch,
         advance=partial(advance, p),
         idle_tick=partial(p.watermark.idle, horizon=p.within),
+        definition=definition(p),
+    )
+
+
+def definition(p: Pattern) -> tuple[tuple[str, str], ...]:
+    """What the pattern's matches and pending events hold (`Consumer.definition`): its key,
+    elements, time bound and measures; not its watermark's lateness."""
+    return (
+        ("key", ", ".join(p.key)),
+        ("elements", "; ".join(described(e) for e in p.elements)),
+        ("within", str(p.within)),
+        ("measures", "; ".join(described(m) for m in p.measures)),
     )
 
 

@@ -26,7 +26,6 @@ computed from.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakelog.consumers import BatchInput, Changes, Consumer, event_times
+from lakelog.consumers.definitions import described
 from lakelog.consumers.watermarks import from_us, to_us, watermark_of
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile
@@ -74,22 +74,12 @@ def definition(agg: WindowedAggregate) -> tuple[tuple[str, str], ...]:
     columns and aggregations. Not its watermark's lateness, late policy, file layout or
     `prepare`: a change of those leaves the stored windows what they were."""
     return (
-        ("window", _described(agg.window)),
+        ("window", described(agg.window)),
         ("emit", agg.emit),
         ("group_by", ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in agg.group_fields)),
-        ("aggregates", ", ".join(_described(a) for a in agg.aggregates)),
+        ("aggregates", ", ".join(described(a) for a in agg.aggregates)),
     )
 
-
-def _described(declared: Any) -> str:
-    """A window kind or aggregation as its class and fields, e.g. ``Hopping(size=0:10:00,
-    hop=0:01:00)``, ``Sum(name=revenue, column=total, dtype=double)``."""
-    def text(value: Any) -> str:
-        return value.simpleString() if isinstance(value, T.DataType) else str(value)
-
-    fields = ", ".join(f"{f.name}={text(getattr(declared, f.name))}"
-                       for f in dataclasses.fields(declared))
-    return f"{type(declared).__name__}({fields})"
 
 
 #: `prepare`s found to make the columns an aggregate needs, by identity (each held here, so

@@ -16,6 +16,7 @@ from lakelog.consumers import checkpoints
 from lakelog.consumers.watermarks import Watermark, to_us, watermark_of
 from lakelog.demo.shop import CART_EVENTS, CLICKS, ORDERS, SEARCHES
 from lakelog.demo.shop_patterns import ABANDONED_CARTS, SEARCH_REFINEMENTS
+from lakelog.errors import DefinitionChangedError
 from lakelog.lake import one_partition
 from lakelog.log import ingest
 from lakelog.patterns.consumer import late, output, pending
@@ -229,3 +230,15 @@ def test_a_key_split_across_arrow_batches_matches_as_one_run():
     assert {r["_step"] for r in expected} >= {-1, 0}  # matches and pending events both
     for size in range(1, len(keys) + 1):
         assert found(table.to_batches(max_chunksize=size)) == expected, size
+
+
+def test_a_pattern_declared_otherwise_is_refused(lake, spark, now):
+    deliver(lake, spark, ABANDONED_CARTS, now=now, lines={"cart_events": [add("a1", 0)]})
+    ingest.produce(lake, spark, CART_EVENTS, [add("a2", 1)], source="test", now=now)
+    # The pending events were kept for a 30-minute bound: an hour would decide them otherwise.
+    longer = replace(ABANDONED_CARTS, within=timedelta(hours=1))
+    with pytest.raises(DefinitionChangedError, match=r"within '0:30:00' -> '1:00:00'.*--rebuild"):
+        consumers.run_batch(lake, longer.consumer, TOPICS, now=now)
+    assert checkpoints.load(lake, longer.consumer.name).plan is None
+    later = replace(ABANDONED_CARTS, watermark=Watermark(lateness=timedelta(minutes=20)))
+    assert consumers.run_batch(lake, later.consumer, TOPICS, now=now).records == 1
