@@ -152,7 +152,8 @@ def run_batch(
         tick = consumer.idle_tick is not None and consumer.idle_tick(checkpoint.state, now)
         if not plan.ranges and not tick:
             continue
-        checkpoint = checkpoints.save_plan(lake, checkpoint, plan, now=now)  # step 1
+        checkpoint = checkpoints.save_plan(  # step 1, with the definition the batch keeps
+            lake, checkpoint, plan, now=now, state=definitions.kept(consumer, checkpoint.state))
         planned.append(_Planned(unit, checkpoint, plan, resumed=False))
     if not planned:
         return None

@@ -138,16 +138,21 @@ def _save(
     )
 
 
-def save_plan(lake: Lake, checkpoint: Checkpoint, plan: Plan, *, now: datetime) -> Checkpoint:
-    """Step 1 of a microbatch: record what it will process before any work is done. The
-    checkpoint with the plan, on the table's new version, which step 4 commits against."""
+def save_plan(
+    lake: Lake, checkpoint: Checkpoint, plan: Plan, *, now: datetime,
+    state: Mapping[str, Any] | None = None,
+) -> Checkpoint:
+    """Step 1 of a microbatch: record what it will process before any work is done (`state`:
+    the state to keep meanwhile, if not the checkpoint's). The checkpoint with the plan, on the
+    table's new version, which step 4 commits against."""
+    state = checkpoint.state if state is None else state
     version = _save(
         lake, checkpoint, batch=checkpoint.batch, committed=checkpoint.committed, plan=plan,
-        state=checkpoint.state, now=now,
+        state=state, now=now,
     )
     snapshot = lake.snapshot(checkpoint_path(checkpoint.consumer), version)
     return Checkpoint(checkpoint.consumer, snapshot, checkpoint.batch, dict(checkpoint.committed),
-                      plan, dict(checkpoint.state), now)
+                      plan, dict(state), now)
 
 
 def save_commit(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from pyspark.sql import types as T
@@ -31,13 +32,14 @@ DEFINITION = "definition"
 
 
 def check(consumer: Consumer, checkpoint: Checkpoint) -> None:
-    """Refuse a batch of `consumer` over `checkpoint` when the definition it keeps differs."""
+    """Refuse a batch of `consumer` over `checkpoint` when the definition it keeps differs.
+    Only the names both have are compared: a name a later lakelog adds is taken as declared."""
     kept = checkpoint.state.get(DEFINITION)
     if not consumer.definition or kept is None:
         return
     declared = dict(consumer.definition)
-    changed = [f"{name} {kept.get(name)!r} -> {declared.get(name)!r}"
-               for name in sorted(set(kept) | set(declared)) if kept.get(name) != declared.get(name)]
+    changed = [f"{name} {kept[name]!r} -> {declared[name]!r}"
+               for name in sorted(set(kept) & set(declared)) if kept[name] != declared[name]]
     if not changed:
         return
     unfinished = "" if checkpoint.plan is None else (
@@ -52,19 +54,34 @@ def check(consumer: Consumer, checkpoint: Checkpoint) -> None:
 
 
 def kept(consumer: Consumer, state: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`state` with the consumer's definition in it, to commit with a batch."""
+    """`state` with the consumer's definition in it, to save with a batch's plan and commit."""
     if not consumer.definition:
         return state
     return {**state, DEFINITION: dict(consumer.definition)}
 
 
+#: Field values shown as they are; any other (a function, a column expression of a user's
+#: own aggregation) by its type's name, which does not change from one process to the next.
+PLAIN = (str, int, float, bool, type(None), timedelta)
+
+
 def described(declared: Any) -> str:
     """A declared dataclass (a window kind, an aggregation, a pattern's step) as its class and
-    fields, e.g. ``Hopping(size=0:10:00, hop=0:01:00)``, ``Sum(name=revenue, column=total,
-    dtype=double)``."""
+    the fields that differ from their defaults, e.g. ``Hopping(size=0:10:00, hop=0:01:00)``,
+    ``Sum(name=revenue, column=total)``, ``Sum(name=units, column=quantity, dtype=bigint)``: a
+    field a later lakelog adds with a default leaves the text of earlier declarations as it
+    was."""
     def text(value: Any) -> str:
-        return value.simpleString() if isinstance(value, T.DataType) else str(value)
+        if isinstance(value, T.DataType):
+            return value.simpleString()
+        return str(value) if isinstance(value, PLAIN) else type(value).__name__
 
-    fields = ", ".join(f"{f.name}={text(getattr(declared, f.name))}"
-                       for f in dataclasses.fields(declared))
-    return f"{type(declared).__name__}({fields})"
+    shown = []
+    for f in dataclasses.fields(declared):
+        value = getattr(declared, f.name)
+        if f.default is not dataclasses.MISSING and value == f.default:
+            continue
+        if f.default_factory is not dataclasses.MISSING and value == f.default_factory():
+            continue
+        shown.append(f"{f.name}={text(value)}")
+    return f"{type(declared).__name__}({', '.join(shown)})"

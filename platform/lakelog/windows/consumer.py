@@ -71,13 +71,17 @@ def build_consumer(agg: WindowedAggregate) -> Consumer:
 
 def definition(agg: WindowedAggregate) -> tuple[tuple[str, str], ...]:
     """What the aggregate's tables hold (`Consumer.definition`): its window, emit mode, group-by
-    columns and aggregations. Not its watermark's lateness, late policy, file layout or
-    `prepare`: a change of those leaves the stored windows what they were."""
+    columns and aggregations, and in final mode the late policy of a window that leaves the
+    state once published (under 'correct' a late record for it would make a window of its own,
+    which replaces the published one). Not the watermark's lateness, the layout or `prepare`,
+    nor the late policy elsewhere: the stored windows stay what they were."""
+    described_late = agg.emit == "final" and not isinstance(agg.window, Sliding)
     return (
         ("window", described(agg.window)),
         ("emit", agg.emit),
         ("group_by", ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in agg.group_fields)),
         ("aggregates", ", ".join(described(a) for a in agg.aggregates)),
+        *((("late", agg.late),) if described_late else ()),
     )
 
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from engine_helpers import TOTALS, add_to_totals, drop, make_topic, record
+from engine_helpers import TOTALS, CrashAfterCommit, add_to_totals, drop, make_topic, record
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
@@ -179,3 +179,17 @@ def test_a_window_declared_otherwise_is_refused_until_rebuilt(lake, spark, now, 
     consumers.run_until_caught_up(fresh, final.consumer(WINDOW), final.all_topics, now=clock)
     assertDataFrameEqual(rows(lake, "streams/per_ten_seconds"),
                          rows(fresh, "streams/per_ten_seconds"))
+
+
+def test_a_batch_planned_under_a_declaration_is_finished_under_it(lake, spark, now):
+    land(lake, spark, 0, 10, now)
+    crashing = CrashAfterCommit(spark, lake.root, "streams/per_ten_seconds")
+    crashing.armed = True  # the first batch ever: its plan keeps the definition it was made by
+    with pytest.raises(RuntimeError, match="crash after committing"):
+        consumers.run_batch(crashing, PIPELINE.consumer(WINDOW), PIPELINE.all_topics, now=now)
+    wider = declared(window=Tumbling(timedelta(seconds=20)))
+    with pytest.raises(DefinitionChangedError, match="Batch 0 was planned under the earlier "
+                       "definition and is not finished"):
+        consumers.run_batch(lake, wider.consumer(WINDOW), wider.all_topics, now=now)
+    assert consumers.run_batch(lake, PIPELINE.consumer(WINDOW), PIPELINE.all_topics,
+                               now=now).resumed
