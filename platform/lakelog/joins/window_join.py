@@ -120,6 +120,10 @@ class WindowJoin:
             max_records_per_batch=self.max_records_per_batch,
             advance=self.advance,
             idle_tick=self.idle_tick,
+            # What the buffer and the rows written hold (`lakelog.consumers.definitions`): a
+            # buffered record's window and who is emitted unmatched follow from these.
+            definition=(("keys", ", ".join(self.keys)), ("within", str(self.within)),
+                        ("how", self.how)),
         )
 
     def idle_tick(self, state: Mapping[str, Any], now: datetime) -> bool:

@@ -11,6 +11,7 @@ from pyspark.sql import types as T
 
 from lakelog.consumers import Consumer, checkpoints
 from lakelog.consumers.definitions import DEFINITION, check, described, kept
+from lakelog.demo.shop_joins import SEARCH_CLICKS
 from lakelog.errors import DefinitionChangedError
 from lakelog.windows import Count, Hopping, Session, Sliding, Sum, WindowedAggregate
 from lakelog.windows.aggregates import Aggregation
@@ -68,3 +69,12 @@ def test_what_a_change_refuses_and_what_it_takes():
           checkpoint(kept(rolling.consumer, {})))
     plain = Consumer("copy", ("events",), (), lambda batch: {})
     assert kept(plain, {"x": 1}) == {"x": 1}  # a consumer without a definition keeps none
+
+
+def test_a_window_join_keeps_its_keys_window_and_emitted_sides():
+    state = kept(SEARCH_CLICKS.consumer, {})
+    check(replace(SEARCH_CLICKS, matched=SEARCH_CLICKS.matched).consumer, checkpoint(state))
+    with pytest.raises(DefinitionChangedError, match=r"within '1:00:00' -> '0:10:00'"):
+        check(replace(SEARCH_CLICKS, within=timedelta(minutes=10)).consumer, checkpoint(state))
+    with pytest.raises(DefinitionChangedError, match=r"how 'full' -> 'left'"):
+        check(replace(SEARCH_CLICKS, how="left").consumer, checkpoint(state))
