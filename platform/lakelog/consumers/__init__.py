@@ -5,6 +5,7 @@
 - `batch` — one microbatch in its commit order (plan, process, write, commit);
 - `catch_up` — `run_until_caught_up`, batch after batch;
 - `checkpoints` — committed offsets, the write-ahead plan and the consumer's state;
+- `definitions` — a stateful consumer's declaration, kept there: declared otherwise, refused;
 - `units` — what one checkpoint covers: the consumer whole, or one log partition of a group;
 - `membership`, `groups` — consumer groups: members sharing a consumer's log partitions;
 - `watermarks` — the event-time watermark kept in that state;
