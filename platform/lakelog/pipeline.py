@@ -19,6 +19,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Union
 
+from pyspark.sql.types import StructType
+
 from lakelog.cdc.captured import CapturedSource
 from lakelog.cdc.change_streams import ChangeStream
 from lakelog.cdc.compacted import CompactedTable
@@ -31,6 +33,7 @@ from lakelog.search import Percolator
 from lakelog.sourcing import Aggregate
 from lakelog.views import ModelGraph, load_models
 from lakelog.windows import WindowedAggregate
+from lakelog.windows.replay import replay_path
 
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 
@@ -277,6 +280,13 @@ class Pipeline:
             found.append("its checkpoint state (e.g. a watermark) has already moved past the "
                          "replayed records")
         return tuple(found)
+
+    def rebuilt_besides(self, name: str) -> tuple[tuple[str, StructType], ...]:
+        """Tables a rebuild of consumer `name` empties besides its outputs, with their schemas:
+        a windowed aggregate's backfill replays (`replays/<name>`), which the declaration its
+        windows had made (a rebuild is how a changed declaration takes over its tables)."""
+        return tuple((replay_path(w), w.windows.schema)
+                     for w in self.windows if w.consumer.name == name)
 
     def rebuild_hazards(self, name: str) -> tuple[str, ...]:
         """Why rebuilding consumer `name` from the log would still count something twice: what

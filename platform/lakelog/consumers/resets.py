@@ -11,7 +11,7 @@ records a second time. For those, `reset_consumer` refuses a reset that replays,
 1. refuse while a batch is planned but not committed (it must finish first), or when what the
    consumer decided was already published elsewhere (`Pipeline.rebuild_hazards`);
 2. replace every output by an empty table (a new table id, so incremental models that read it
-   rebuild too);
+   rebuild too), and a windowed aggregate's backfill replays (`Pipeline.rebuilt_besides`);
 3. commit the target offsets and an empty state (watermarks, windows kept in the checkpoint)
    relative to the checkpoint read in step 1: if a batch committed meanwhile, this fails
    without committing.
@@ -90,7 +90,8 @@ def reset_offsets(
 class Rebuilt:
     consumer: str
     offsets: dict[TopicPartition, int]
-    #: The outputs emptied (those not yet created are left to the first batch).
+    #: The tables emptied: outputs, and a window's replays (a table not made yet is left to
+    #: its first write).
     emptied: tuple[str, ...]
 
 
@@ -144,10 +145,11 @@ def rebuild_consumer(
         )
     offsets = target_offsets(lake, consumer, pipeline.all_topics, to=to)
     emptied = []
-    for output in consumer.outputs:  # step 2
-        if lake.exists(output.path):
-            lake.replace_table(output.path, output.schema)
-            emptied.append(output.path)
+    tables = [(o.path, o.schema) for o in consumer.outputs] + list(pipeline.rebuilt_besides(name))
+    for path, schema in tables:  # step 2
+        if lake.exists(path):
+            lake.replace_table(path, schema)
+            emptied.append(path)
     units.save_offsets(lake, loaded, offsets, now=now, state={})  # step 3
     return Rebuilt(name, offsets, tuple(emptied))
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from engine_helpers import TOTALS, CrashAfterCommit, add_to_totals, drop, make_topic, record
+from engine_helpers import BASE, TOTALS, CrashAfterCommit, add_to_totals, drop, make_topic, record
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
@@ -25,6 +25,7 @@ from lakelog.lake import EmbeddedLake
 from lakelog.log import ingest
 from lakelog.pipeline import Pipeline
 from lakelog.windows import Count, Sum, Tumbling, WindowedAggregate
+from lakelog.windows.replay import write_replay
 
 EVENTS = make_topic()
 COPY = Output("streams/copy", T.StructType([T.StructField("event_id", T.StringType())]))
@@ -170,7 +171,12 @@ def test_a_window_declared_otherwise_is_refused_until_rebuilt(lake, spark, now, 
     later = declared(watermark=Watermark(lateness=timedelta(seconds=8)))
     assert consumers.run_batch(lake, later.consumer(WINDOW), later.all_topics, now=now)
 
-    rebuild_consumer(lake, final, WINDOW, to="earliest", now=now)
+    # A backfill's replay holds the earlier declaration's windows: emptied with the rest.
+    live = lake.read(lake.snapshot("streams/per_ten_seconds"))
+    write_replay(lake, PIPELINE.windows[0], live, start=BASE, end=BASE + timedelta(hours=1))
+    rebuilt = rebuild_consumer(lake, final, WINDOW, to="earliest", now=now)
+    assert "replays/per_ten_seconds" in rebuilt.emptied
+    assert lake.read(lake.snapshot("replays/per_ten_seconds")).isEmpty()
     assert checkpoints.load(lake, WINDOW).state == {}
     consumers.run_until_caught_up(lake, final.consumer(WINDOW), final.all_topics, now=clock)
     assert checkpoints.load(lake, WINDOW).state["definition"]["emit"] == "final"
