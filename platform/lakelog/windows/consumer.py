@@ -85,7 +85,6 @@ def definition(agg: WindowedAggregate) -> tuple[tuple[str, str], ...]:
     )
 
 
-
 #: `prepare`s found to make the columns an aggregate needs, by identity (each held here, so
 #: its id is not reused), needed columns and the records' topics and schemas: of records
 #: of the same columns a `prepare` makes the same columns, and asking Spark for a prepared
