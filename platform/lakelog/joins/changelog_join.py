@@ -46,7 +46,7 @@ from lakelog.cdc.changelog import ChangelogTable
 from lakelog.cdc.compacted import latest_rows
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
-from lakelog.joins.side import check_choice, check_columns, check_name
+from lakelog.joins.side import check_choice, check_columns, check_name, columns_text
 from lakelog.lake.one_partition import one_partition
 from lakelog.log.offsets import RangeStats
 
@@ -124,6 +124,12 @@ class ChangelogJoin:
             outputs=(self.output, self.state),  # the state last
             transform=self.transform,
             max_records_per_batch=self.max_records_per_batch,
+            # What the state and the rows written hold (`lakelog.consumers.definitions`): a
+            # stored row's join value follows `on`, and a row is rewritten only when a change
+            # touches its join value, so rows of the earlier `on`, `how` or columns would stay.
+            definition=(("on", ", ".join(f"{a} = {b}" for a, b in self.on)), ("how", self.how),
+                        ("left_columns", columns_text(self.left_columns)),
+                        ("right_columns", columns_text(self.right_columns))),
         )
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:

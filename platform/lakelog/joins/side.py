@@ -91,6 +91,12 @@ def check_columns(owner: str, names: Iterable[str]) -> None:
         raise ConfigError(f"{owner}: output column {twice[0]!r} is chosen twice")
 
 
+def columns_text(columns: Iterable[tuple[str, str]]) -> str:
+    """``(output name, column)`` pairs as a consumer's definition shows them (`Consumer.
+    definition`), e.g. ``name, stock=quantity``."""
+    return ", ".join(n if n == c else f"{n}={c}" for n, c in columns)
+
+
 def trailer(*, batch: int, time: Column) -> list[Column]:
     """The ``batch`` and ``hour`` columns of a row whose stream record has event time `time`."""
     return [F.lit(batch).cast("long").alias("batch"), F.date_trunc("hour", time).alias("hour")]

@@ -37,7 +37,7 @@ from lakelog.cdc.changelog import META, change_rows
 from lakelog.cdc.compacted import CompactedTable
 from lakelog.consumers import BatchInput, Changes, Consumer, Output, Role
 from lakelog.errors import ConfigError
-from lakelog.joins.side import check_columns, check_name
+from lakelog.joins.side import check_columns, check_name, columns_text
 from lakelog.lake.upsert import candidate_files
 from lakelog.log.records import record_json
 from lakelog.log.topics import Topic
@@ -114,6 +114,11 @@ class TableJoin:
             outputs=(self.rejected, self.output),  # the joined table last: it is the state
             transform=self.transform,
             max_records_per_batch=self.max_records_per_batch,
+            # What the stored totals and attributes hold (`lakelog.consumers.definitions`): a
+            # batch adds to the totals of its keys, so totals of another key or amount would
+            # mix, and a row keeps its attributes until its key's next change.
+            definition=(("key", ", ".join(self.key)), ("amount_of", self.amount_of),
+                        ("columns", columns_text(self.columns))),
         )
 
     def transform(self, batch: BatchInput) -> dict[str, DataFrame | Changes]:

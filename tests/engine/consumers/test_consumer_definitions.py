@@ -11,7 +11,7 @@ from pyspark.sql import types as T
 
 from lakelog.consumers import Consumer, checkpoints
 from lakelog.consumers.definitions import DEFINITION, check, described, kept
-from lakelog.demo.shop_joins import SEARCH_CLICKS
+from lakelog.demo.shop_joins import CUSTOMER_ORDERS, PRODUCT_STOCK, SEARCH_CLICKS
 from lakelog.errors import DefinitionChangedError
 from lakelog.windows import Count, Hopping, Session, Sliding, Sum, WindowedAggregate
 from lakelog.windows.aggregates import Aggregation
@@ -78,3 +78,40 @@ def test_a_window_join_keeps_its_keys_window_and_emitted_sides():
         check(replace(SEARCH_CLICKS, within=timedelta(minutes=10)).consumer, checkpoint(state))
     with pytest.raises(DefinitionChangedError, match=r"how 'full' -> 'left'"):
         check(replace(SEARCH_CLICKS, how="left").consumer, checkpoint(state))
+
+
+def test_a_changelog_join_keeps_its_condition_kind_and_columns():
+    state = kept(PRODUCT_STOCK.consumer, {})
+    assert state[DEFINITION] == {
+        "on": "product_id = product_id", "how": "left",
+        "left_columns": "product_id, name, category, price",
+        "right_columns": "warehouse, quantity"}
+    check(replace(PRODUCT_STOCK, max_records_per_batch=10).consumer, checkpoint(state))
+    # A stored row's join value is of the earlier condition until its key changes again.
+    moved = replace(PRODUCT_STOCK, on=(("product_id", "product_id"), ("name", "warehouse")))
+    with pytest.raises(DefinitionChangedError, match=r"on 'product_id = product_id' -> "
+                       r"'product_id = product_id, name = warehouse'"):
+        check(moved.consumer, checkpoint(state))
+    with pytest.raises(DefinitionChangedError, match=r"how 'left' -> 'inner'"):
+        check(replace(PRODUCT_STOCK, how="inner").consumer, checkpoint(state))
+    renamed = replace(PRODUCT_STOCK, right_columns=(("warehouse", "warehouse"),
+                                                    ("stock", "quantity")))
+    with pytest.raises(DefinitionChangedError, match=r"right_columns 'warehouse, quantity' -> "
+                       r"'warehouse, stock=quantity'"):
+        check(renamed.consumer, checkpoint(state))
+
+
+def test_a_table_join_keeps_its_key_amount_and_attributes():
+    state = kept(CUSTOMER_ORDERS.consumer, {})
+    assert state[DEFINITION]["amount_of"] == "total"
+    assert state[DEFINITION]["key"] == CUSTOMER_ORDERS.key[0]
+    check(replace(CUSTOMER_ORDERS, rows_per_file=1000).consumer, checkpoint(state))
+    # The stored totals are sums of the earlier column, per the earlier key.
+    earlier = {DEFINITION: {**state[DEFINITION], "amount_of": "subtotal"}}
+    with pytest.raises(DefinitionChangedError, match=r"amount_of 'subtotal' -> 'total'"):
+        check(CUSTOMER_ORDERS.consumer, checkpoint(earlier))
+    with pytest.raises(DefinitionChangedError, match=r"key '.*' -> 'customer_id'"):
+        check(replace(CUSTOMER_ORDERS, key=("customer_id",)).consumer, checkpoint(state))
+    fewer = replace(CUSTOMER_ORDERS, columns=CUSTOMER_ORDERS.columns[:1])
+    with pytest.raises(DefinitionChangedError, match=r"columns '.*' -> '.*'"):
+        check(fewer.consumer, checkpoint(state))
