@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from lakelog import consumers
 from lakelog.cdc.changelog import changelog_topic
 from lakelog.cdc.compacted import CompactedTable
-from lakelog.errors import ConfigError
+from lakelog.errors import ConfigError, DefinitionChangedError
 from lakelog.joins import ChangelogJoin, changelog_join
 from lakelog.lake import one_partition
 from lakelog.log import ingest
@@ -126,6 +126,14 @@ def test_updates_that_move_rows_deletes_and_stale_changes(lake, spark, now):
                                   (3, 1, 30, None, None)]
     rows = lake.read(lake.snapshot(join.output.path)).collect()
     assert len({r["_row"] for r in rows}) == 3
+    # Declared inner over the left join's rows, a batch is refused before it plans: accounts 1
+    # and 3, unmatched, would stay until a change touched their owners.
+    with pytest.raises(DefinitionChangedError, match=r"how 'left' -> 'inner'.*--rebuild"):
+        deliver(lake, spark, now, replace(join, how="inner"), [
+            (ACCOUNTS, change(ACCOUNTS, "u", {"account_id": 2, "owner_id": 20, "balance": 9}, 6)),
+        ])
+    assert output(lake, join) == [(1, 5, 10, None, None), (2, 8, 20, "Bo", "US"),
+                                  (3, 1, 30, None, None)]
 
 
 @pytest.mark.parametrize("how,seed,broadcast", [
