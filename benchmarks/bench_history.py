@@ -6,9 +6,10 @@ interval; a batch re-derives the intervals of the keys it touches and rewrites t
 versions are in (files of `rows_per_file` rows clustered by key). Per size, the demo's
 ``customers`` are built as `bench_compacted.py` builds them (its merge-on-read compacted table,
 as the demo declares it) with a history of one version per key in the layout the engine writes;
-then per repetition `--changes` updates of keys drawn from the whole table (`bench_compacted`'s
-``uniform`` mix) are produced (untimed) and one microbatch of ``tables.customers`` is timed.
-Repetition 0 is a warm-up. ``ratio`` is the large history's median over the small one's; the
+then per repetition and change mix (`bench_compacted`'s: ``uniform``, updates of keys drawn
+from the whole table; ``recent``, inserts and changes among the newest keys) `--changes` changes
+are produced (untimed) and one microbatch of ``tables.customers`` is timed. Repetition 0 is a
+warm-up. ``ratio`` is, per mix, the large history's median over the small one's; the
 target of `bench_compacted.py`, which measures the compacted table alone, is 2: the cost must
 follow the changes, not the table.
 
@@ -64,25 +65,29 @@ def run(spark: SparkSession, home: str, keys: int, args: argparse.Namespace) -> 
     lake = EmbeddedLake(spark, os.path.join(home, str(keys)))
     progress(f"building {keys:,} customers and their history")
     _, built = timed(lambda: build_history(spark, lake, keys))
-    files = len(lake.snapshot(HISTORY.path).files())
+    result = {"keys": keys, "history_files": len(lake.snapshot(HISTORY.path).files()),
+              "build_s": round(built, 1), "mixes": {}}
     topics = {COMPACTED.topic.name: COMPACTED.topic}
-    seconds, rewritten, position = [], [], 10**12
-    for rep in range(args.repeats + 1):
-        lines = changes(keys, args.changes, "uniform", position, seed=rep + 1)
-        position += args.changes
-        ingest.produce(lake, spark, COMPACTED.topic, lines, source="bench", now=NOW)
-        before = {f.path for f in lake.snapshot(HISTORY.path).files()}
-        done, took = timed(lambda: consumers.run_batch(lake, CONSUMER, topics, now=NOW))
-        assert done is not None and done.records == args.changes
-        gone = len(before - {f.path for f in lake.snapshot(HISTORY.path).files()})
-        progress(f"  {keys:,} keys, rep {rep}: {took:.2f}s, {gone} of {len(before)} history "
-                 "files rewritten")
-        if rep:  # repetition 0 warms up
-            seconds.append(took)
-            rewritten.append(gone)
-    return {"keys": keys, "history_files": files, "build_s": round(built, 1),
-            "seconds": seconds, "median_s": round(statistics.median(seconds), 3),
-            "history_files_rewritten": rewritten}
+    position = 10**12
+    for mix in args.mix:
+        seconds, rewritten = [], []
+        for rep in range(args.repeats + 1):
+            lines = changes(keys, args.changes, mix, position, seed=rep + 1)
+            position += args.changes
+            ingest.produce(lake, spark, COMPACTED.topic, lines, source="bench", now=NOW)
+            before = {f.path for f in lake.snapshot(HISTORY.path).files()}
+            done, took = timed(lambda: consumers.run_batch(lake, CONSUMER, topics, now=NOW))
+            assert done is not None and done.records == args.changes
+            gone = len(before - {f.path for f in lake.snapshot(HISTORY.path).files()})
+            progress(f"  {keys:,} keys, {mix}, rep {rep}: {took:.2f}s, {gone} of {len(before)} "
+                     "history files rewritten")
+            if rep:  # repetition 0 warms up
+                seconds.append(took)
+                rewritten.append(gone)
+        result["mixes"][mix] = {"seconds": seconds,
+                                "median_s": round(statistics.median(seconds), 3),
+                                "history_files_rewritten": rewritten}
+    return result
 
 
 def main() -> None:
@@ -91,8 +96,10 @@ def main() -> None:
     p.add_argument("--large", type=int, default=1_000_000)
     p.add_argument("--changes", type=int, default=1_000)
     p.add_argument("--repeats", type=int, default=4)
+    p.add_argument("--mix", action="append", choices=["uniform", "recent"])
     p.add_argument("--driver-memory", default="4g")
     args = p.parse_args()
+    args.mix = args.mix or ["uniform", "recent"]
     home = tempfile.mkdtemp(prefix="lakelog-bench-history-")
     spark = create_session(master="local[2]", app_name="lakelog-bench-history",
                            conf={"spark.driver.memory": args.driver_memory})
@@ -104,7 +111,9 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
     json.dump({"changes": args.changes, "rows_per_file": HISTORY.rows_per_file,
                "small": small, "large": large,
-               "ratio": round(large["median_s"] / small["median_s"], 2), "target_ratio": 2.0,
+               "ratio": {m: round(large["mixes"][m]["median_s"] / small["mixes"][m]["median_s"], 2)
+                         for m in args.mix},
+               "target_ratio": 2.0,
                "cpus": os.cpu_count(), "loadavg_at_start": LOAD}, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
