@@ -1,8 +1,9 @@
 """A consumer's definition, kept in its checkpoint: a batch of a consumer declared otherwise
 is refused.
 
-What a stateful consumer's outputs hold follows from how it is declared: a windowed
-aggregate's window, emit mode, group-by columns and aggregations. Declared otherwise over the
+What a stateful consumer's outputs hold follows from how it is declared: the topics it
+reads, and a windowed aggregate's window, emit mode, group-by columns and aggregations, a
+join's keys and columns. Declared otherwise over the
 same tables and state, its next batches would mix rows of two meanings without an error:
 windows of two sizes in one table, or, from update to final emit, windows published again
 beside the rows update mode left. Structured Streaming refuses a stateful query changed over an
@@ -37,7 +38,7 @@ def check(consumer: Consumer, checkpoint: Checkpoint) -> None:
     kept = checkpoint.state.get(DEFINITION)
     if not consumer.definition or kept is None:
         return
-    declared = dict(consumer.definition)
+    declared = _declared(consumer)
     changed = [f"{name} {kept[name]!r} -> {declared[name]!r}"
                for name in sorted(set(kept) & set(declared)) if kept[name] != declared[name]]
     if not changed:
@@ -57,7 +58,14 @@ def kept(consumer: Consumer, state: Mapping[str, Any]) -> Mapping[str, Any]:
     """`state` with the consumer's definition in it, to save with a batch's plan and commit."""
     if not consumer.definition:
         return state
-    return {**state, DEFINITION: dict(consumer.definition)}
+    return {**state, DEFINITION: _declared(consumer)}
+
+
+def _declared(consumer: Consumer) -> dict[str, str]:
+    """The consumer's definition and the topics it reads (in any order): records of another
+    topic would be folded into the state the earlier ones made (a table join's totals counted
+    from two fact topics)."""
+    return {"topics": ", ".join(sorted(consumer.topics)), **dict(consumer.definition)}
 
 
 #: Field values shown as they are; any other (a function, a column expression of a user's

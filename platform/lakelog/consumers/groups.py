@@ -32,13 +32,11 @@ from lakelog.consumers.batch import BatchResult, run_batch
 from lakelog.consumers.checkpoints import Checkpoint
 from lakelog.consumers.consumer import Consumer
 from lakelog.consumers.membership import SESSION_TIMEOUT
-from lakelog.consumers.units import Unit, seed, units_of
+from lakelog.consumers.units import OWNER, Unit, seed, units_of
 from lakelog.errors import ConcurrentWriteError, FencedError
 from lakelog.lake import Lake
 from lakelog.log.topics import Topic
 
-#: Where a unit's checkpoint state names the member that owns it: {"member", "generation"}.
-OWNER = "lakelog.group"
 #: How often a batch that lost a race for a keyed output (another member committed first) is
 #: tried again from its plan.
 RETRIES = 8

@@ -30,6 +30,8 @@ from lakelog.log.topics import Topic
 GROUPS = "_groups"
 #: Set in the state of a consumer's own checkpoint once a group took its offsets over.
 HANDED_OVER = "lakelog.handed_to_group"
+#: Where a unit's checkpoint state names the member that owns it: {"member", "generation"}.
+OWNER = "lakelog.group"
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,10 @@ def save_offsets(
     state: Mapping | None = None,
 ) -> None:
     """Commit `offsets` (an offset reset) to the units that own them, each relative to the
-    checkpoint `loaded` with it (a batch committed since fails it); `state`, if given, replaces a
-    consumer's state (a group's units keep their owners). A unit with a batch in progress
-    refuses (`ConsumerBusyError`) before any unit is written."""
+    checkpoint `loaded` with it (a batch committed since fails it); `state`, if given, replaces
+    every unit's state (a group's units keep their owners: a rebuild empties a member's kept
+    definition too). A unit with a batch in progress refuses (`ConsumerBusyError`) before any
+    unit is written."""
     busy = [(u, c.plan.batch) for u, c in loaded if c.plan is not None]
     if busy:
         raise ConsumerBusyError(
@@ -130,9 +133,11 @@ def save_offsets(
         )
     for unit, checkpoint in loaded:
         mine = {tp: o for tp, o in offsets.items() if unit.owns(tp)}
-        if state is not None and unit.partition is None:
+        if state is not None:
+            owner = {} if unit.partition is None or OWNER not in checkpoint.state else {
+                OWNER: checkpoint.state[OWNER]}
             checkpoint = Checkpoint(checkpoint.consumer, checkpoint.snapshot, checkpoint.batch,
-                                    checkpoint.committed, None, dict(state))
+                                    checkpoint.committed, None, {**state, **owner})
         if mine or state is not None:
             checkpoints.save_offsets(lake, checkpoint, mine, now=now)
 

@@ -125,9 +125,11 @@ class ChangelogJoin:
             transform=self.transform,
             max_records_per_batch=self.max_records_per_batch,
             # What the state and the rows written hold (`lakelog.consumers.definitions`): a
-            # stored row's join value follows `on`, and a row is rewritten only when a change
-            # touches its join value, so rows of the earlier `on`, `how` or columns would stay.
+            # stored row's join value follows `on` and its `_pk` the tables' keys, and a row is
+            # rewritten only when a change touches its join value, so rows of the earlier `on`,
+            # `how` or columns would stay.
             definition=(("on", ", ".join(f"{a} = {b}" for a, b in self.on)), ("how", self.how),
+                        ("keys", f"{', '.join(self.left.key)}; {', '.join(self.right.key)}"),
                         ("left_columns", columns_text(self.left_columns)),
                         ("right_columns", columns_text(self.right_columns))),
         )

@@ -93,8 +93,9 @@ def check_columns(owner: str, names: Iterable[str]) -> None:
 
 def columns_text(columns: Iterable[tuple[str, str]]) -> str:
     """``(output name, column)`` pairs as a consumer's definition shows them (`Consumer.
-    definition`), e.g. ``name, stock=quantity``."""
-    return ", ".join(n if n == c else f"{n}={c}" for n, c in columns)
+    definition`), by output name, e.g. ``name, stock=quantity``: their order changes nothing
+    stored (rows are written by column name)."""
+    return ", ".join(n if n == c else f"{n}={c}" for n, c in sorted(columns))
 
 
 def trailer(*, batch: int, time: Column) -> list[Column]:

@@ -116,8 +116,11 @@ class TableJoin:
             max_records_per_batch=self.max_records_per_batch,
             # What the stored totals and attributes hold (`lakelog.consumers.definitions`): a
             # batch adds to the totals of its keys, so totals of another key or amount would
-            # mix, and a row keeps its attributes until its key's next change.
-            definition=(("key", ", ".join(self.key)), ("amount_of", self.amount_of),
+            # mix, and a row keeps its attributes until its key's next change. The output's
+            # names too: another schema would fail the write after the batch was planned.
+            definition=(("key", ", ".join(self.key)), ("table_key", ", ".join(self.table.key)),
+                        ("amount_of", self.amount_of),
+                        ("totals", f"{self.count}, {self.amount}, {self.last}"),
                         ("columns", columns_text(self.columns))),
         )
 

@@ -83,9 +83,12 @@ def test_a_window_join_keeps_its_keys_window_and_emitted_sides():
 def test_a_changelog_join_keeps_its_condition_kind_and_columns():
     state = kept(PRODUCT_STOCK.consumer, {})
     assert state[DEFINITION] == {
-        "on": "product_id = product_id", "how": "left",
-        "left_columns": "product_id, name, category, price",
-        "right_columns": "warehouse, quantity"}
+        "topics": "cdc.inventory, cdc.products", "on": "product_id = product_id", "how": "left",
+        "keys": "product_id; product_id", "left_columns": "category, name, price, product_id",
+        "right_columns": "quantity, warehouse"}
+    # The same columns in another order: rows are written by name.
+    check(replace(PRODUCT_STOCK, left_columns=PRODUCT_STOCK.left_columns[::-1]).consumer,
+          checkpoint(state))
     check(replace(PRODUCT_STOCK, max_records_per_batch=10).consumer, checkpoint(state))
     # A stored row's join value is of the earlier condition until its key changes again.
     moved = replace(PRODUCT_STOCK, on=(("product_id", "product_id"), ("name", "warehouse")))
@@ -96,8 +99,8 @@ def test_a_changelog_join_keeps_its_condition_kind_and_columns():
         check(replace(PRODUCT_STOCK, how="inner").consumer, checkpoint(state))
     renamed = replace(PRODUCT_STOCK, right_columns=(("warehouse", "warehouse"),
                                                     ("stock", "quantity")))
-    with pytest.raises(DefinitionChangedError, match=r"right_columns 'warehouse, quantity' -> "
-                       r"'warehouse, stock=quantity'"):
+    with pytest.raises(DefinitionChangedError, match=r"right_columns 'quantity, warehouse' -> "
+                       r"'stock=quantity, warehouse'"):
         check(renamed.consumer, checkpoint(state))
 
 
@@ -115,3 +118,12 @@ def test_a_table_join_keeps_its_key_amount_and_attributes():
     fewer = replace(CUSTOMER_ORDERS, columns=CUSTOMER_ORDERS.columns[:1])
     with pytest.raises(DefinitionChangedError, match=r"columns '.*' -> '.*'"):
         check(fewer.consumer, checkpoint(state))
+    # Renamed totals would fail the write once the batch was planned: refused before.
+    with pytest.raises(DefinitionChangedError, match=r"totals 'orders, revenue, "
+                       r"last_order_time' -> 'orders, spent, last_order_time'"):
+        check(replace(CUSTOMER_ORDERS, amount="spent").consumer, checkpoint(state))
+    # Facts of another topic would be added to the totals of the earlier one's.
+    other = {DEFINITION: {**state[DEFINITION], "topics": "cdc.customers, refunds"}}
+    with pytest.raises(DefinitionChangedError, match=r"topics 'cdc.customers, refunds' -> "
+                       r"'cdc.customers, orders'"):
+        check(CUSTOMER_ORDERS.consumer, checkpoint(other))

@@ -14,10 +14,11 @@ from pyspark.sql import types as T
 
 from lakelog import consumers
 from lakelog.consumers import BatchInput, Consumer, Output, checkpoints, groups, membership
-from lakelog.consumers import resets, units
-from lakelog.errors import ConfigError, FencedError
+from lakelog.consumers import definitions, resets, units
+from lakelog.errors import ConfigError, DefinitionChangedError, FencedError
 from lakelog.lake import AppTxn
 from lakelog.log import ingest
+from lakelog.pipeline import Pipeline
 
 COPY = Output(
     "streams/copy",
@@ -216,6 +217,35 @@ def test_group_offsets_reset_and_rebuild_per_partition(lake, spark, topic, now):
     consumers.run_until_caught_up(lake, consumer, topics, now=clock)
     ids = sorted(r.event_id for r in lake.read(lake.snapshot(COPY.path)).collect())
     assert ids == sorted([r["event_id"] for r in records] * 2)  # appends take a replay
+
+
+def test_a_rebuild_lets_a_group_take_a_new_definition(lake, spark, topic, now):
+    """A member's unit keeps the consumer's definition; a rebuild empties it with the rest of
+    the unit's state, keeping only its owner, so the new declaration is taken."""
+    records = [record(i) for i in range(20)]
+    land(lake, spark, topic, now, records)
+    topics = {"events": topic}
+    declared = replace(grouped(max_records=100), definition=(("amount", "sum"),))
+    run_members(lake, declared, topics, ["a", "b"])
+    states = [checkpoints.load(lake, u.checkpoint).state for u in units.units_of(declared, topics)]
+    kept = [s[definitions.DEFINITION] for s in states if definitions.DEFINITION in s]
+    assert kept and all(d == {"topics": "events", "amount": "sum"} for d in kept)  # each batch's
+    assert all(units.OWNER in s for s in states)
+    otherwise = replace(declared, definition=(("amount", "max"),))
+    land(lake, spark, topic, now, [record(i) for i in range(20, 24)])
+    with pytest.raises(DefinitionChangedError, match="amount 'sum' -> 'max'"):
+        groups.run_member(lake, otherwise, topics, member="a", now=clock)
+    owners = [checkpoints.load(lake, u.checkpoint).state[units.OWNER]
+              for u in units.units_of(otherwise, topics)]
+    pipeline = Pipeline("grouped", topics=[topic], consumers=[otherwise])
+    resets.rebuild_consumer(lake, pipeline, "shared", to="earliest", now=now)
+    assert [checkpoints.load(lake, u.checkpoint).state for u in units.units_of(
+        otherwise, topics)] == [{units.OWNER: owner} for owner in owners]
+    run_members(lake, otherwise, topics, ["a", "b"])
+    assert outcome(lake) == expected([*records, *(record(i) for i in range(20, 24))])
+    after = [checkpoints.load(lake, u.checkpoint).state for u in units.units_of(otherwise, topics)]
+    assert {s[definitions.DEFINITION]["amount"] for s in after if definitions.DEFINITION in s} == {
+        "max"}
 
 
 def test_a_group_declaration_refuses_state_across_partitions():
