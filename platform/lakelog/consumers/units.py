@@ -17,12 +17,13 @@ Readers of offsets (lag, retention, resets, erasure) read a group's units togeth
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lakelog.consumers import checkpoints
 from lakelog.consumers.checkpoints import Checkpoint, Plan, TopicPartition
 from lakelog.consumers.consumer import Consumer
+from lakelog.consumers.definitions import DEFINITION
 from lakelog.errors import ConcurrentWriteError, ConfigError, ConsumerBusyError
 from lakelog.lake import Lake
 from lakelog.log.topics import Topic
@@ -143,9 +144,10 @@ def save_offsets(
 
 
 def seed(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic], *, now: datetime) -> None:
-    """Before a group's first batch, create its units' checkpoints, each with the offsets the
-    consumer committed while it ran alone, if it did (a batch it left in progress must finish
-    first, run alone). Unit 0 is written last: once it exists, every unit does."""
+    """Before a group's first batch, create its units' checkpoints, each with the offsets (and
+    the kept definition) the consumer committed while it ran alone, if it did (a batch it left
+    in progress must finish first, run alone). Unit 0 is written last: once it exists, every
+    unit does."""
     if _seeded(lake, consumer.name):
         return
     alone = checkpoints.load(lake, consumer.name)
@@ -160,11 +162,14 @@ def seed(lake: Lake, consumer: Consumer, topics: Mapping[str, Topic], *, now: da
         except ConcurrentWriteError:  # a racing seed marked it first; else a batch ran: refuse
             if not checkpoints.load(lake, consumer.name).state.get(HANDED_OVER):
                 raise
+    # The definition its batches kept goes with the offsets: the group's are checked against it.
+    carried = {DEFINITION: alone.state[DEFINITION]} if DEFINITION in alone.state else {}
     for unit in reversed(units_of(consumer, topics)):
         checkpoint = checkpoints.load(lake, unit.checkpoint)
         if checkpoint.snapshot is not None:
             continue
         mine = {tp: o for tp, o in alone.committed.items() if unit.owns(tp)}
+        checkpoint = replace(checkpoint, state={**checkpoint.state, **carried})
         try:
             checkpoints.save_offsets(lake, checkpoint, mine, now=now)
         except ConcurrentWriteError:

@@ -219,6 +219,21 @@ def test_group_offsets_reset_and_rebuild_per_partition(lake, spark, topic, now):
     assert ids == sorted([r["event_id"] for r in records] * 2)  # appends take a replay
 
 
+def test_a_consumer_becomes_a_group_with_its_definition(lake, spark, topic, now):
+    """The definition a consumer's batches kept goes to its group's units with the offsets:
+    declared otherwise as it becomes a group, it is refused."""
+    land(lake, spark, topic, now, [record(i) for i in range(30)])
+    topics = {"events": topic}
+    declared = {"definition": (("amount", "sum"),)}
+    consumers.run_batch(lake, replace(grouped(members=0, max_records=10), **declared), topics,
+                        now=clock())
+    with pytest.raises(DefinitionChangedError, match="amount 'sum' -> 'max'"):
+        consumers.run_until_caught_up(lake, replace(grouped(), definition=(("amount", "max"),)),
+                                      topics, now=clock)
+    consumers.run_until_caught_up(lake, replace(grouped(), **declared), topics, now=clock)
+    assert sum(p.lag for p in consumers.lag(lake, grouped(), topics)) == 0
+
+
 def test_a_rebuild_lets_a_group_take_a_new_definition(lake, spark, topic, now):
     """A member's unit keeps the consumer's definition; a rebuild empties it with the rest of
     the unit's state, keeping only its owner, so the new declaration is taken."""
