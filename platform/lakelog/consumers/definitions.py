@@ -3,16 +3,15 @@ is refused.
 
 What a stateful consumer's outputs hold follows from how it is declared: the topics it
 reads, and a windowed aggregate's window, emit mode, group-by columns and aggregations, a
-join's keys and columns. Declared otherwise over the
-same tables and state, its next batches would mix rows of two meanings without an error:
-windows of two sizes in one table, or, from update to final emit, windows published again
-beside the rows update mode left. Structured Streaming refuses a stateful query changed over an
-existing checkpoint; here each batch keeps the consumer's `Consumer.definition` in its
-checkpoint's state, and a batch of a consumer declared otherwise is refused before it plans
-or resumes anything, saying what changed and how to derive the outputs again
-(``lakelog offsets reset <consumer> --to earliest --rebuild``: the rebuild empties the state, so
-the next batch keeps the new definition). A checkpoint without one (written before lakelog kept
-them) takes the consumer's as it is.
+join's keys and columns. Declared otherwise over the same tables and state, its next batches
+would mix rows of two meanings without an error: windows of two sizes in one table, or, from
+update to final emit, windows published again beside the rows update mode left. Structured
+Streaming refuses a stateful query changed over an existing checkpoint; here each batch keeps
+the consumer's `Consumer.definition` in its checkpoint's state, and a batch of a consumer
+declared otherwise is refused before it plans or resumes anything, saying what changed and how
+to derive the outputs again (``lakelog offsets reset <consumer> --to earliest --rebuild``: the
+rebuild empties the state, so the next batch keeps the new definition). A checkpoint without
+one (written before lakelog kept them) takes the consumer's as it is.
 """
 
 from __future__ import annotations
