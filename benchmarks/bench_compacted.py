@@ -40,11 +40,13 @@ from pyspark.sql import functions as F
 
 from lakelog import consumers
 from lakelog.cdc.compacted import CompactedTable
+from lakelog.consumers import Consumer
 from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
 from lakelog.lake.squash import squash
 from lakelog.lake.upsert import read_keys, write_clustered
 from lakelog.log import ingest
+from lakelog.log.topics import Topic
 from lakelog.spark.session import create_session
 
 HOT = 100_000
@@ -128,6 +130,32 @@ def changes(keys: int, count: int, mix: str, first_position: int, seed: int) -> 
     return lines
 
 
+def timed_batches(
+    spark: SparkSession, lake: EmbeddedLake, consumer: Consumer, topics: dict[str, Topic],
+    path: str, keys: int, mix: str, args: argparse.Namespace, position: int, *, label: str,
+) -> tuple[list[float], list[int], int]:
+    """Per repetition, `args.changes` changes of `mix` produced into the consumer's changelog
+    (untimed) and one batch of `consumer` timed, with the files of table `path` it rewrote.
+    Repetition 0 warms up and is left out. Returns the seconds, the files rewritten and the
+    next source position."""
+    (topic,) = topics.values()
+    seconds, rewritten = [], []
+    for rep in range(args.repeats + 1):
+        lines = changes(keys, args.changes, mix, position, seed=rep + 1)
+        position += args.changes
+        ingest.produce(lake, spark, topic, lines, source="bench", now=NOW)
+        before = {f.path for f in lake.snapshot(path).files()}
+        done, took = timed(lambda: consumers.run_batch(lake, consumer, topics, now=NOW))
+        assert done is not None and done.records == args.changes
+        gone = len(before - {f.path for f in lake.snapshot(path).files()})
+        progress(f"  {label}, {mix}, rep {rep}: {took:.2f}s, {gone} of {len(before)} files of "
+                 f"{path} rewritten")
+        if rep:  # repetition 0 warms up
+            seconds.append(took)
+            rewritten.append(gone)
+    return seconds, rewritten, position
+
+
 def run(spark: SparkSession, home: str, keys: int, layout: str, args: argparse.Namespace) -> dict:
     lake = EmbeddedLake(spark, os.path.join(home, f"{layout}-{keys}"))
     table = replace(shop_cdc.COMPACTED["customers"], merge_on_read=layout == "merge-on-read")
@@ -138,22 +166,12 @@ def run(spark: SparkSession, home: str, keys: int, layout: str, args: argparse.N
     result = {"keys": keys, "files": files, "build_s": round(built, 1), "mixes": {}}
     position = 10**12
     for mix in args.mix:
-        seconds = []
-        for rep in range(args.repeats + 1):
-            lines = changes(keys, args.changes, mix, position, seed=rep + 1)
-            position += args.changes
-            ingest.produce(lake, spark, table.topic, lines, source="bench", now=NOW)
-            before = {f.path for f in lake.snapshot(table.path).files()}
-            done, took = timed(lambda: consumers.run_batch(lake, table.consumer, topics, now=NOW))
-            assert done is not None and done.records == args.changes
-            rewritten = len(before - {f.path for f in lake.snapshot(table.path).files()})
-            progress(f"  {keys:,} keys, {layout}, {mix}, rep {rep}: {took:.2f}s, "
-                     f"{rewritten} files rewritten")
-            if rep:  # repetition 0 warms up
-                seconds.append(took)
+        seconds, rewritten, position = timed_batches(
+            spark, lake, table.consumer, topics, table.path, keys, mix, args, position,
+            label=f"{keys:,} keys, {layout}")
         result["mixes"][mix] = {
             "seconds": [round(s, 3) for s in seconds], "median_s": round(statistics.median(seconds), 3),
-            "files_rewritten_last": rewritten,
+            "files_rewritten_last": rewritten[-1],
         }
     lookup(spark, lake, table, keys)  # warm-up
     result["lookup_s"] = lookup(spark, lake, table, keys)

@@ -28,15 +28,13 @@ import statistics
 import sys
 import tempfile
 
-from bench_compacted import NOW, build, changes, progress, timed
+from bench_compacted import build, progress, timed, timed_batches
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakelog import consumers
 from lakelog.demo import shop_cdc
 from lakelog.lake import EmbeddedLake
 from lakelog.lake.upsert import write_clustered
-from lakelog.log import ingest
 from lakelog.spark.session import create_session
 
 LOAD = os.getloadavg()
@@ -70,20 +68,9 @@ def run(spark: SparkSession, home: str, keys: int, args: argparse.Namespace) -> 
     topics = {COMPACTED.topic.name: COMPACTED.topic}
     position = 10**12
     for mix in args.mix:
-        seconds, rewritten = [], []
-        for rep in range(args.repeats + 1):
-            lines = changes(keys, args.changes, mix, position, seed=rep + 1)
-            position += args.changes
-            ingest.produce(lake, spark, COMPACTED.topic, lines, source="bench", now=NOW)
-            before = {f.path for f in lake.snapshot(HISTORY.path).files()}
-            done, took = timed(lambda: consumers.run_batch(lake, CONSUMER, topics, now=NOW))
-            assert done is not None and done.records == args.changes
-            gone = len(before - {f.path for f in lake.snapshot(HISTORY.path).files()})
-            progress(f"  {keys:,} keys, {mix}, rep {rep}: {took:.2f}s, {gone} of {len(before)} "
-                     "history files rewritten")
-            if rep:  # repetition 0 warms up
-                seconds.append(took)
-                rewritten.append(gone)
+        seconds, rewritten, position = timed_batches(
+            spark, lake, CONSUMER, topics, HISTORY.path, keys, mix, args, position,
+            label=f"{keys:,} keys")
         result["mixes"][mix] = {"seconds": seconds,
                                 "median_s": round(statistics.median(seconds), 3),
                                 "history_files_rewritten": rewritten}
