@@ -32,6 +32,7 @@ from lakelog.consumers.units import Unit, refuse_if_grouped
 from lakelog.errors import ConfigError
 from lakelog.lake import AppTxn, Lake, Snapshot, already_committed
 from lakelog.lake.merge_on_read import merge_keys
+from lakelog.lake.nulls_apart import NULLS_APART, nulls_apart
 from lakelog.lake.squash import ensure_layout
 from lakelog.log.offsets import ensure_topic_table, read_range
 from lakelog.log.topics import Topic
@@ -163,9 +164,14 @@ def run_batch(
         merge = output.merge_keys
         snapshots[output.path] = lake.create_table(
             output.path, output.schema, partition_by=output.partition_by,
-            properties=None if merge is None else merge.properties())
-        if output.keys and merge_keys(snapshots[output.path].properties) != merge:
+            properties=output.layout or None)
+        properties = snapshots[output.path].properties
+        if output.keys and merge_keys(properties) != merge:
             ensure_layout(lake, output.path, merge, rows_per_file=output.rows_per_file)
+            snapshots[output.path] = lake.snapshot(output.path)
+        if output.nulls_apart and nulls_apart(properties) != output.nulls_apart:
+            # A table made before: its later writes keep the nulls apart.
+            lake.set_properties(output.path, {NULLS_APART: output.nulls_apart})
             snapshots[output.path] = lake.snapshot(output.path)
     # Units whose outputs were all written, or none, go together; a crash between two outputs
     # leaves a unit part-written, and it goes with those left the same way.

@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 from lakelog.errors import ConfigError
 from lakelog.lake import DataFile, Lake, Snapshot
 from lakelog.lake.merge_on_read import MergeKeys
+from lakelog.lake.nulls_apart import NULLS_APART
 from lakelog.lake.one_partition import few
 from lakelog.log.offsets import RangeStats
 from lakelog.log.topics import Topic
@@ -52,7 +53,8 @@ class Output:
     `rows_per_file` clusters the upserted files by key range so that later upserts prune.
     With `merge_on_read` (needs `keys` and `newer_by`), rows are appended as new versions of
     their keys and readers resolve the newest (`lakelog.lake.merge_on_read`); a `lakelog.lake.squash`
-    compacts them.
+    compacts them. `nulls_apart` names a column whose null and non-null rows are kept in
+    separate files (`lakelog.lake.nulls_apart`).
     """
 
     path: str
@@ -63,6 +65,7 @@ class Output:
     newer_by: str | None = None
     rows_per_file: int | None = None
     merge_on_read: bool = False
+    nulls_apart: str | None = None
 
     def __post_init__(self) -> None:
         if self.merge_on_read and not (self.keys and self.newer_by):
@@ -78,6 +81,14 @@ class Output:
             return None
         assert self.newer_by is not None
         return MergeKeys(self.keys, self.newer_by)
+
+    @property
+    def layout(self) -> dict[str, str]:
+        """The table properties that lay out its files as declared: merge-on-read's keys and
+        the column whose nulls are kept apart; the table is created with them."""
+        merge = self.merge_keys
+        return {**({} if merge is None else merge.properties()),
+                **({NULLS_APART: self.nulls_apart} if self.nulls_apart else {})}
 
 
 @dataclass(frozen=True)

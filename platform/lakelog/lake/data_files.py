@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame
 
-from lakelog.lake import driver_write, pages
+from lakelog.lake import driver_write, nulls_apart, pages
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.schema import widen
 from lakelog.lake.stats import partition_values, stats_json
@@ -70,11 +70,16 @@ def write_arrow(
     max_records_per_file: int | None = None,
 ) -> list[AddAction]:
     """Rows already in this process, as (partition folder, rows) groups, written by pyarrow
-    into the table of `snapshot` (in the page layout it asks for, `lakelog.lake.pages`)."""
+    into the table of `snapshot` (in the page layout it asks for, `lakelog.lake.pages`, and
+    with the nulls it keeps apart, `lakelog.lake.nulls_apart`)."""
+    properties = snapshot.properties
+    apart = nulls_apart.nulls_apart(properties)
+    if apart:
+        groups = nulls_apart.split(groups, apart)
     written: list[str] = []
     try:
         written = driver_write.write_files(fs, table_root, groups, max_records_per_file,
-                                           page_rows=pages.page_rows(snapshot.properties))
+                                           page_rows=pages.page_rows(properties))
         adds = [described(fs, table_root, relative) for relative in written]
         return [add for add in adds if add is not None]
     except BaseException:
@@ -92,13 +97,17 @@ def _write_with_spark(
 ) -> list[AddAction]:
     name = f"{STAGING}/{uuid.uuid4().hex}"
     staging = f"{table_root}/{name}"
+    properties = snapshot.properties
+    apart = nulls_apart.nulls_apart(properties)
+    folders = list(snapshot.partition_columns)
+    if apart:
+        df, folders = nulls_apart.flagged(df, apart), [*folders, nulls_apart.FLAG]
     # "error" (= errorifexists): the one spelling Spark Connect accepts too.
-    writer = df.write.mode("error").options(
-        **pages.spark_options(pages.page_rows(snapshot.properties)))
+    writer = df.write.mode("error").options(**pages.spark_options(pages.page_rows(properties)))
     if max_records_per_file:
         writer = writer.option("maxRecordsPerFile", max_records_per_file)
-    if snapshot.partition_columns:
-        writer = writer.partitionBy(*snapshot.partition_columns)
+    if folders:
+        writer = writer.partitionBy(*folders)
     adds: list[AddAction] = []
     try:
         writer.parquet(f"{spark_root}/{name}")
@@ -109,6 +118,8 @@ def _write_with_spark(
                 continue
             if file_name.startswith((".", "_")):
                 continue
+            if apart:
+                relative = nulls_apart.flattened(relative)
             target = f"{table_root}/{relative}"
             fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
             fs.move(info.path, target)
