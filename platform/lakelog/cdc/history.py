@@ -5,14 +5,26 @@ from its commit time until the next change's (``valid_to`` null for the latest).
 marks the latest version of a key that is not deleted; a delete is a version too (``_deleted``),
 so "the row as of time t" is the version with ``valid_from <= t < valid_to`` unless deleted.
 
-Versions are ordered by changelog position, not by arrival: each microbatch re-derives the
-intervals of the keys it touches from all their stored versions plus the new ones, so a change
-that arrives late slots in between and its neighbours' intervals are corrected. Replayed changes
-(same position) are kept once.
+Versions are ordered by changelog position, not by arrival. A change that comes after every
+stored version of its key (the usual case) closes the key's open version (``valid_to`` null)
+and leaves the closed ones as they are: the table keeps open and closed versions in files of
+their own (`lakelog.lake.nulls_apart`), and such a batch reads and rewrites only the files that
+hold open versions of its keys' range, adding the versions it closes in files of their own, so
+its cost follows the table's keys, not the versions it has kept. A batch with a change that
+does not come after every stored version of the touched range, by the files' statistics of
+``_position`` (a late change, a replay), re-derives the intervals of its keys from all their
+stored versions plus the new ones: a late change slots in between and its neighbours'
+intervals are corrected, and replayed changes (same position) are kept once.
+
+The versions a batch closes make a small file; a batch also folds `FOLD` small files of closed
+versions of about one size into one when there are that many (a size-tiered merge: a version
+is rewritten once per tier, a few times in all, not once a batch).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
@@ -22,8 +34,10 @@ from pyspark.sql.window import Window
 
 from lakelog.cdc.changelog import META, ChangelogTable, change_rows
 from lakelog.consumers import BatchInput, Changes, Output
+from lakelog.lake import DataFile, Snapshot
+from lakelog.lake.base import is_small, overlapping
+from lakelog.lake.nulls_apart import holding_nulls
 from lakelog.lake.one_partition import one_partition
-from lakelog.lake.upsert import candidate_files
 
 VALIDITY = (
     T.StructField("valid_from", T.TimestampType()),
@@ -44,40 +58,94 @@ class HistoryTable(ChangelogTable):
     @property
     def output(self) -> Output:
         schema = T.StructType([*self.row.fields, *VALIDITY, *META])
-        return Output(self.path, schema, keys=self.key, rows_per_file=self.rows_per_file)
+        return Output(self.path, schema, keys=self.key, rows_per_file=self.rows_per_file,
+                      nulls_apart="valid_to")
 
     def transform(self, batch: BatchInput) -> dict[str, Changes]:
         new = change_rows(batch.records[self.topic.name], self.row, self.key)
         snapshot = batch.outputs[self.path]
-        files = candidate_files(snapshot, new, self.key)
+        files, later = rewritten_files(snapshot, new, self.key, self.rows_per_file)
         stored = batch.lake.read(snapshot, files=files, keys=new.select(*self.key).distinct(),
                                  key_columns=self.key)
-        # The files read hold every stored version of the batch's keys: they are rewritten.
-        return {self.path: Changes(versions(stored, new, self.row, self.key,
+        # The files read hold every stored version of the batch's keys that can change (all
+        # of them unless `later`): they are rewritten.
+        return {self.path: Changes(versions(stored, new, self.row, self.key, later=later,
                                             together=batch.few(files=files)), files=files)}
+
+
+#: How many small files of closed versions a batch folds into one (`folded`).
+FOLD = 8
+
+
+def rewritten_files(
+    snapshot: Snapshot, new: DataFrame, key: tuple[str, ...], rows_per_file: int,
+) -> tuple[list[DataFile], bool]:
+    """The files a batch of changes `new` rewrites, and whether every change comes after all
+    the versions stored in the key range it touches (then only open versions change).
+
+    All of a small table's (`is_small`), as any keyed upsert, with no pass over `new`. Else one
+    pass finds the key range and the first position: the files of that range holding open
+    versions when the changes are later, with the small files of closed versions `folded`
+    into one; else every file of the range."""
+    files = snapshot.files()
+    if not files or is_small(files):
+        return files, False
+    first = key[0]
+    bounds = new.agg(F.min(first).alias("lo"), F.max(first).alias("hi"),
+                     F.min("_position").alias("position")).first()
+    near = overlapping(files, first, bounds["lo"], bounds["hi"])
+    position = bounds["position"]
+    later = position is not None and all(
+        f.max_values.get("_position") is not None and f.max_values["_position"] < position
+        for f in near)
+    if not later:
+        return near, False
+    chosen = holding_nulls(near, "valid_to")
+    names = {f.path for f in chosen}
+    return chosen + folded([f for f in files if f.path not in names], rows_per_file), True
+
+
+def folded(files: Sequence[DataFile], rows_per_file: int) -> list[DataFile]:
+    """`FOLD` files of closed versions of about one size (a size tier: the same power of
+    `FOLD` rows), when there are that many, of the smallest such tier; none otherwise. Only
+    files of at most ``rows_per_file // FOLD`` rows fold, so a fold writes at most about
+    `rows_per_file` rows and a version is rewritten once a tier, not once a batch."""
+    tiers: dict[int, list[DataFile]] = {}
+    for f in files:
+        if f.null_counts.get("valid_to") == 0 and f.num_records <= rows_per_file // FOLD:
+            tiers.setdefault(int(math.log(max(f.num_records, 1), FOLD)), []).append(f)
+    for tier in sorted(tiers):
+        if len(tiers[tier]) >= FOLD:
+            return sorted(tiers[tier], key=lambda f: (f.num_records, f.path))[:FOLD]
+    return []
 
 
 def versions(
     stored: DataFrame, new: DataFrame, row: T.StructType, key: tuple[str, ...], *,
-    together: bool = False,
+    later: bool = False, together: bool = False,
 ) -> DataFrame:
-    """All versions of the keys of `new`: stored ones and new ones, intervals re-derived;
-    with `together` (few rows: `BatchInput.few`), in one partition
-    (`lakelog.lake.one_partition`)."""
+    """All versions of the keys of `new` in `stored` and `new`, intervals derived: of all of
+    them; with `later` (every change of `new` comes after every stored version), of the open
+    stored versions and the new ones, the closed ones kept as they are. With `together` (few
+    rows: `BatchInput.few`), in one partition (`lakelog.lake.one_partition`)."""
     columns = [*row.fieldNames(), *(f.name for f in META)]
-    every = stored.select(*columns).unionByName(new.select(*columns))
+    derived = stored.where(F.col("valid_to").isNull()) if later else stored
+    every = derived.select(*columns).unionByName(new.select(*columns))
     if together:
         every = one_partition(every)
     every = every.dropDuplicates([*key, "_position"])
     order = Window.partitionBy(*key).orderBy("_position")
     valid_to = F.lead("_commit_time").over(order)
-    return every.select(
+    rows = every.select(
         *row.fieldNames(),
         F.col("_commit_time").alias("valid_from"),
         valid_to.alias("valid_to"),
         (valid_to.isNull() & ~F.col("_deleted")).alias("is_current"),
         *(f.name for f in META),
     )
+    if later:
+        rows = rows.unionByName(stored.where(F.col("valid_to").isNotNull()).select(*rows.columns))
+    return rows
 
 
 def as_of(history: DataFrame, when: Column) -> DataFrame:

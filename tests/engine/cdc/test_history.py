@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
 from pyspark.sql import functions as F
 from engine_helpers import CUSTOMERS, ROW, change
 from test_compacted import TOPIC
 
 from lakelog import consumers
+from lakelog.cdc import history
 from lakelog.cdc.history import HistoryTable, as_of
+from lakelog.lake import DataFile, base, driver_write
+from lakelog.lake.nulls_apart import NULLS_APART
 from lakelog.log import ingest
 
 TABLE = HistoryTable("customers", TOPIC, ROW, CUSTOMERS.primary_key, rows_per_file=2)
@@ -33,7 +37,16 @@ def versions(lake, key):
     ]
 
 
-def test_late_change_slots_in_and_intervals_are_rederived(lake, spark, now, partitions):
+@pytest.fixture(params=["whole", "pruned"])
+def layout(request, monkeypatch):
+    """A history table rewritten whole, as a small table is, or pruned to the files a batch
+    can change, as a large one is (`lakelog.cdc.history.rewritten_files`)."""
+    if request.param == "pruned":
+        monkeypatch.setattr(base, "SMALL_TABLE_BYTES", 0)
+    return request.param
+
+
+def test_late_change_slots_in_and_intervals_are_rederived(lake, spark, now, partitions, layout):
     apply(lake, spark, now, [change("c", 1, lsn=10, name="v1", ts=T0),
                              change("u", 1, lsn=30, name="v3", ts=T0 + 120_000)])
     # v2 arrives after v3, and v1 is replayed: v2 goes between, v1 stays once.
@@ -47,7 +60,7 @@ def test_late_change_slots_in_and_intervals_are_rederived(lake, spark, now, part
 
 
 def test_delete_closes_the_last_version_and_nothing_is_current(lake, spark, now,
-                                                               partitions):
+                                                               partitions, layout):
     apply(lake, spark, now, [change("c", 1, lsn=10, name="v1", ts=T0),
                              change("c", 2, lsn=11, name="w1", ts=T0)])
     apply(lake, spark, now, [change("d", 1, lsn=40, ts=T0 + 180_000)])
@@ -60,3 +73,87 @@ def test_delete_closes_the_last_version_and_nothing_is_current(lake, spark, now,
     assert sorted(r["name"] for r in as_of(history, F.lit(at(1))).collect()) == ["v1", "w1"]
     assert [r["name"] for r in as_of(history, F.lit(at(4))).collect()] == ["w1"]
     assert history.where("is_current").count() == 1
+
+
+def expected_versions(changes):
+    """Per key, (name, valid_from, valid_to, is_current, deleted) of (key, minute, name or None
+    for a delete) changes given in position order."""
+    found = {}
+    for key, minute, name in changes:
+        found.setdefault(key, []).append((name, at(minute), None, name is not None, name is None))
+    for rows in found.values():
+        for i in range(len(rows) - 1):
+            name, start, _, _, deleted = rows[i]
+            rows[i] = (name, start, rows[i + 1][1], False, deleted)
+    return found
+
+
+@pytest.mark.parametrize("writes", ["held", "spark"])
+def test_in_order_batches_rewrite_only_files_of_open_versions(lake, spark, now, monkeypatch,
+                                                              writes):
+    monkeypatch.setattr(base, "SMALL_TABLE_BYTES", 0)  # pruned, as a large table is
+    if writes == "spark":
+        monkeypatch.setattr(driver_write, "SMALL_WRITE_ROWS", -1)
+    table = HistoryTable("customers", TOPIC, ROW, CUSTOMERS.primary_key, rows_per_file=100)
+    changes, lsn = [], 10
+    for batch in range(history.FOLD + 3):
+        lines = []
+        for key in range(1, 6):
+            minute = batch * 10 + key
+            name = None if (batch, key) == (2, 4) else f"c{key}b{batch}"
+            op = "c" if batch == 0 or (batch, key) == (3, 4) else ("d" if name is None else "u")
+            lines.append(change(op, key, lsn=lsn, name=name, ts=T0 + minute * 60_000))
+            changes.append((key, minute, name))
+            lsn += 1
+        before = lake.snapshot(table.path).files() if lake.exists(table.path) else []
+        ingest.produce(lake, spark, TOPIC, lines, source="test", now=now)
+        consumers.run_until_caught_up(lake, table.consumer, {TOPIC.name: TOPIC}, now=lambda: now)
+        snapshot = lake.snapshot(table.path)
+        assert snapshot.properties[NULLS_APART] == "valid_to"
+        files = snapshot.files()
+        # No file holds both open versions and closed ones.
+        assert all(f.null_counts["valid_to"] in (0, f.num_records) for f in files)
+        # The files of closed versions stay, but for the small ones folded into one.
+        kept = {f.path for f in files}
+        gone = [f for f in before if f.path not in kept]
+        closed_gone = [f for f in gone if f.null_counts["valid_to"] == 0]
+        assert len(closed_gone) in (0, history.FOLD)
+        assert all(f.num_records < table.rows_per_file for f in closed_gone)
+        stored = lake.read(snapshot)
+        for key, rows in expected_versions(changes).items():
+            got = [(r["name"], r["valid_from"], r["valid_to"], r["is_current"], r["_deleted"])
+                   for r in stored.where(F.col("customer_id") == key).orderBy("_position").collect()]
+            assert got == rows, key
+    # Folding kept the files of closed versions fewer than the batches that made them.
+    closed = [f for f in lake.snapshot(table.path).files() if f.null_counts["valid_to"] == 0]
+    assert len(closed) < history.FOLD + 3 - 1
+
+
+def test_a_history_table_made_before_takes_the_layout(lake, spark, now, monkeypatch):
+    monkeypatch.setattr(base, "SMALL_TABLE_BYTES", 0)
+    lake.create_table(TABLE.path, TABLE.output.schema)  # as tables were made before
+    assert NULLS_APART not in lake.snapshot(TABLE.path).properties
+    apply(lake, spark, now, [change("c", 1, lsn=10, name="v1", ts=T0)])
+    apply(lake, spark, now, [change("u", 1, lsn=20, name="v2", ts=T0 + 60_000)])
+    snapshot = lake.snapshot(TABLE.path)
+    assert snapshot.properties[NULLS_APART] == "valid_to"
+    assert sorted(f.null_counts["valid_to"] for f in snapshot.files()) == [0, 1]
+    assert versions(lake, 1) == [("v1", at(0), at(1), False, False), ("v2", at(1), None, True, False)]
+
+
+def test_closed_files_fold_by_size_tier():
+    def closed(name, rows):
+        return DataFile(name, 1, rows, null_counts={"valid_to": 0})
+
+    rows_per_file = 250_000
+    batches = [closed(f"b{i}", 1_000) for i in range(history.FOLD - 1)]
+    big = [closed(f"big{i}", 240_000) for i in range(4)] + [closed("mid", 7_000)]
+    # One short of a tier's worth: nothing folds, and large files never join a small tier.
+    assert history.folded(batches + big, rows_per_file) == []
+    assert history.folded(big * 3, rows_per_file) == []
+    one_more = closed("b-last", 990)
+    assert {f.path for f in history.folded(batches + big + [one_more], rows_per_file)} == {
+        *(f.path for f in batches), "b-last"}
+    # A file that may hold open versions never folds.
+    unknown = DataFile("open", 1, 1_000)
+    assert history.folded(batches + [unknown], rows_per_file) == []
