@@ -34,7 +34,7 @@ from pyspark.sql.window import Window
 
 from lakelog.cdc.changelog import META, ChangelogTable, change_rows
 from lakelog.consumers import BatchInput, Changes, Output
-from lakelog.lake import DataFile, Snapshot
+from lakelog.lake import DataFile, Lake, Snapshot
 from lakelog.lake.base import is_small, overlapping
 from lakelog.lake.nulls_apart import holding_nulls
 from lakelog.lake.one_partition import one_partition
@@ -64,13 +64,14 @@ class HistoryTable(ChangelogTable):
     def transform(self, batch: BatchInput) -> dict[str, Changes]:
         new = change_rows(batch.records[self.topic.name], self.row, self.key)
         snapshot = batch.outputs[self.path]
-        files, later = rewritten_files(snapshot, new, self.key, self.rows_per_file)
+        files, later = rewritten_files(batch.lake, snapshot, new, self.key, self.rows_per_file)
         stored = batch.lake.read(snapshot, files=files, keys=new.select(*self.key).distinct(),
                                  key_columns=self.key)
         # The files read hold every stored version of the batch's keys that can change (all
-        # of them unless `later`): they are rewritten.
-        return {self.path: Changes(versions(stored, new, self.row, self.key, later=later,
-                                            together=batch.few(files=files)), files=files)}
+        # of them unless `later`, else the open ones): they are rewritten.
+        rows = versions(stored, new, self.row, self.key, later=later,
+                        together=batch.few(files=files))
+        return {self.path: Changes(rows, files=files)}
 
 
 #: How many small files of closed versions a batch folds into one (`folded`).
@@ -78,15 +79,18 @@ FOLD = 8
 
 
 def rewritten_files(
-    snapshot: Snapshot, new: DataFrame, key: tuple[str, ...], rows_per_file: int,
+    lake: Lake, snapshot: Snapshot, new: DataFrame, key: tuple[str, ...], rows_per_file: int,
 ) -> tuple[list[DataFile], bool]:
     """The files a batch of changes `new` rewrites, and whether every change comes after all
-    the versions stored in the key range it touches (then only open versions change).
+    the stored versions of its key (then only open versions change).
 
     All of a small table's (`is_small`), as any keyed upsert, with no pass over `new`. Else one
     pass finds the key range and the first position: the files of that range holding open
     versions when the changes are later, with the small files of closed versions `folded`
-    into one; else every file of the range."""
+    into one; else every file of the range. The changes are later when the first comes after
+    every position the range's files hold, else when each comes after its key's open version
+    (the key's last, a pass over those of the batch's keys): a batch cut from the log's
+    partitions unevenly starts before where another partition's last batch ended."""
     files = snapshot.files()
     if not files or is_small(files):
         return files, False
@@ -95,14 +99,27 @@ def rewritten_files(
                      F.min("_position").alias("position")).first()
     near = overlapping(files, first, bounds["lo"], bounds["hi"])
     position = bounds["position"]
-    later = position is not None and all(
-        f.max_values.get("_position") is not None and f.max_values["_position"] < position
-        for f in near)
+    if position is None:
+        return [], False
+    chosen = holding_nulls(near, "valid_to")
+    later = all(f.max_values.get("_position") is not None and f.max_values["_position"] < position
+                for f in near) or not _late_keys(lake, snapshot, chosen, new, key)
     if not later:
         return near, False
-    chosen = holding_nulls(near, "valid_to")
     names = {f.path for f in chosen}
     return chosen + folded([f for f in files if f.path not in names], rows_per_file), True
+
+
+def _late_keys(
+    lake: Lake, snapshot: Snapshot, files: Sequence[DataFile], new: DataFrame,
+    key: tuple[str, ...],
+) -> bool:
+    """Whether a change of `new` comes at or before its key's open version in `files`."""
+    first_new = new.groupBy(*key).agg(F.min("_position").alias("_first"))
+    open_versions = lake.read(snapshot, files=files, keys=first_new.select(*key),
+                              key_columns=key).where(F.col("valid_to").isNull())
+    return not open_versions.join(first_new, list(key)).where(
+        F.col("_first") <= F.col("_position")).isEmpty()
 
 
 def folded(files: Sequence[DataFile], rows_per_file: int) -> list[DataFile]:
@@ -124,28 +141,27 @@ def versions(
     stored: DataFrame, new: DataFrame, row: T.StructType, key: tuple[str, ...], *,
     later: bool = False, together: bool = False,
 ) -> DataFrame:
-    """All versions of the keys of `new` in `stored` and `new`, intervals derived: of all of
-    them; with `later` (every change of `new` comes after every stored version), of the open
-    stored versions and the new ones, the closed ones kept as they are. With `together` (few
-    rows: `BatchInput.few`), in one partition (`lakelog.lake.one_partition`)."""
+    """The versions of the keys of `new`, in `stored` and `new`, intervals derived; with
+    `later` (every change of `new` comes after every stored version of its key), only those
+    of the open versions and the new ones, closed versions kept as they are (their successor
+    may be in a file not read). With `together` (few rows: `BatchInput.few`), in one
+    partition (`lakelog.lake.one_partition`)."""
     columns = [*row.fieldNames(), *(f.name for f in META)]
-    derived = stored.where(F.col("valid_to").isNull()) if later else stored
-    every = derived.select(*columns).unionByName(new.select(*columns))
+    closed = F.col("valid_to") if later else F.lit(None).cast("timestamp")
+    every = stored.select(*columns, closed.alias("_closed")).unionByName(
+        new.select(*columns, F.lit(None).cast("timestamp").alias("_closed")))
     if together:
         every = one_partition(every)
     every = every.dropDuplicates([*key, "_position"])
     order = Window.partitionBy(*key).orderBy("_position")
-    valid_to = F.lead("_commit_time").over(order)
-    rows = every.select(
+    valid_to = F.coalesce(F.col("_closed"), F.lead("_commit_time").over(order))
+    return every.select(
         *row.fieldNames(),
         F.col("_commit_time").alias("valid_from"),
         valid_to.alias("valid_to"),
         (valid_to.isNull() & ~F.col("_deleted")).alias("is_current"),
         *(f.name for f in META),
     )
-    if later:
-        rows = rows.unionByName(stored.where(F.col("valid_to").isNotNull()).select(*rows.columns))
-    return rows
 
 
 def as_of(history: DataFrame, when: Column) -> DataFrame:

@@ -157,3 +157,28 @@ def test_closed_files_fold_by_size_tier():
     # A file that may hold open versions never folds.
     unknown = DataFile("open", 1, 1_000)
     assert history.folded(batches + [unknown], rows_per_file) == []
+
+
+def test_a_batch_behind_another_key_but_after_its_own_rewrites_only_open_versions(
+        lake, spark, now, monkeypatch):
+    # Key 2's change comes before key 1's last one (as when the log's partitions were cut
+    # unevenly), but after key 2's own versions: the closed versions stay where they are.
+    monkeypatch.setattr(base, "SMALL_TABLE_BYTES", 0)
+    apply(lake, spark, now, [change("c", 1, lsn=10, name="v1", ts=T0),
+                             change("c", 2, lsn=11, name="w1", ts=T0),
+                             change("c", 3, lsn=12, name="x1", ts=T0)])
+    apply(lake, spark, now, [change("u", 1, lsn=100, name="v2", ts=T0 + 60_000),
+                             change("u", 3, lsn=101, name="x2", ts=T0 + 60_000)])
+    # The closed versions of keys 1 and 3: a file whose key range holds key 2.
+    closed = [f.path for f in lake.snapshot(TABLE.path).files() if f.null_counts["valid_to"] == 0]
+    assert len(closed) == 1
+    apply(lake, spark, now, [change("u", 2, lsn=50, name="w2", ts=T0 + 120_000)])
+    files = lake.snapshot(TABLE.path).files()
+    assert closed[0] in {f.path for f in files}
+    assert versions(lake, 1) == [("v1", at(0), at(1), False, False), ("v2", at(1), None, True, False)]
+    assert versions(lake, 2) == [("w1", at(0), at(2), False, False), ("w2", at(2), None, True, False)]
+    # A change before its key's open version re-derives the key's intervals.
+    apply(lake, spark, now, [change("u", 2, lsn=40, name="w1b", ts=T0 + 60_000)])
+    assert versions(lake, 2) == [("w1", at(0), at(1), False, False),
+                                 ("w1b", at(1), at(2), False, False),
+                                 ("w2", at(2), None, True, False)]
