@@ -8,13 +8,14 @@ so "the row as of time t" is the version with ``valid_from <= t < valid_to`` unl
 Versions are ordered by changelog position, not by arrival. A change that comes after every
 stored version of its key (the usual case) closes the key's open version (``valid_to`` null)
 and leaves the closed ones as they are: the table keeps open and closed versions in files of
-their own (`lakelog.lake.nulls_apart`), and such a batch reads and rewrites only the files that
-hold open versions of its keys' range, adding the versions it closes in files of their own, so
-its cost follows the table's keys, not the versions it has kept. A batch with a change that
-does not come after every stored version of the touched range, by the files' statistics of
-``_position`` (a late change, a replay), re-derives the intervals of its keys from all their
-stored versions plus the new ones: a late change slots in between and its neighbours'
-intervals are corrected, and replayed changes (same position) are kept once.
+their own (`lakelog.lake.nulls_apart`), and a batch whose changes all do so reads and rewrites
+only the files that hold open versions of its keys' range, adding the versions it closes in
+files of their own, so its cost follows the table's keys, not the versions it has kept
+(`rewritten_files` tells from the files' statistics of ``_position``, else by a pass over the
+batch's keys' open versions). A batch with a change at or before its key's open version (a
+late change, a replay) re-derives the intervals of its keys from all their stored versions
+plus the new ones: a late change slots in between and its neighbours' intervals are
+corrected, and replayed changes (same position) are kept once.
 
 The versions a batch closes make a small file; a batch also folds `FOLD` small files of closed
 versions of about one size into one when there are that many (a size-tiered merge: a version

@@ -70,6 +70,9 @@ class Output:
     def __post_init__(self) -> None:
         if self.merge_on_read and not (self.keys and self.newer_by):
             raise ConfigError(f"output {self.path}: merge-on-read needs keys and newer_by")
+        if self.nulls_apart and self.nulls_apart in self.partition_by:
+            raise ConfigError(f"output {self.path}: nulls_apart names a column of the table's "
+                              "own, not a partition column")
         if self.merge_on_read and self.partition_by:
             # Its reads tell files apart by name, which repeats across partition folders.
             raise ConfigError(f"output {self.path}: a merge-on-read table is not partitioned")

@@ -131,14 +131,22 @@ def test_in_order_batches_rewrite_only_files_of_open_versions(lake, spark, now, 
 
 def test_a_history_table_made_before_takes_the_layout(lake, spark, now, monkeypatch):
     monkeypatch.setattr(base, "SMALL_TABLE_BYTES", 0)
-    lake.create_table(TABLE.path, TABLE.output.schema)  # as tables were made before
-    assert NULLS_APART not in lake.snapshot(TABLE.path).properties
-    apply(lake, spark, now, [change("c", 1, lsn=10, name="v1", ts=T0)])
-    apply(lake, spark, now, [change("u", 1, lsn=20, name="v2", ts=T0 + 60_000)])
+    # Made as before: without the property, so one file holds key 1's closed and open
+    # versions and key 2's open one.
+    apply(lake, spark, now, [change("c", 1, lsn=10, name="v1", ts=T0),
+                             change("c", 2, lsn=11, name="w1", ts=T0),
+                             change("u", 1, lsn=20, name="v2", ts=T0 + 60_000)])
+    lake.set_properties(TABLE.path, {NULLS_APART: ""})  # no property, as a table before
+    snapshot = lake.snapshot(TABLE.path)
+    lake.write_table(snapshot, lake.read_arrow(snapshot), remove=snapshot.files())
+    (mixed,) = lake.snapshot(TABLE.path).files()
+    assert 0 < mixed.null_counts["valid_to"] < mixed.num_records
+    apply(lake, spark, now, [change("u", 2, lsn=30, name="w2", ts=T0 + 120_000)])
     snapshot = lake.snapshot(TABLE.path)
     assert snapshot.properties[NULLS_APART] == "valid_to"
-    assert sorted(f.null_counts["valid_to"] for f in snapshot.files()) == [0, 1]
+    assert all(f.null_counts["valid_to"] in (0, f.num_records) for f in snapshot.files())
     assert versions(lake, 1) == [("v1", at(0), at(1), False, False), ("v2", at(1), None, True, False)]
+    assert versions(lake, 2) == [("w1", at(0), at(2), False, False), ("w2", at(2), None, True, False)]
 
 
 def test_closed_files_fold_by_size_tier():

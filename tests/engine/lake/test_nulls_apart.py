@@ -7,7 +7,10 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakelog.consumers import Output
+from lakelog.errors import ConfigError
 from lakelog.lake.nulls_apart import NULLS_APART, flattened
+from lakelog.lake.upsert import write_clustered
 
 SCHEMA = T.StructType([T.StructField("p", T.IntegerType()), T.StructField("k", T.LongType()),
                        T.StructField("closed", T.LongType())])
@@ -55,3 +58,24 @@ def test_a_flag_folder_goes_into_the_file_name():
     assert flattened("_lakelog_null=true/part-0.parquet") == "null-part-0.parquet"
     assert flattened("p=1/_lakelog_null=false/part-0.parquet") == "p=1/set-part-0.parquet"
     assert flattened("p=1/part-0.parquet") == "p=1/part-0.parquet"
+
+
+def test_a_clustered_write_gives_each_kind_files_of_key_ranges(lake, spark):
+    # Spark writes it in several tasks (range-partitioned by the null flag, then the key).
+    lake.create_table("t", SCHEMA, properties={NULLS_APART: "closed"})
+    write_clustered(lake, lake.snapshot("t"), rows(spark, 400), keys=("k",), rows_per_file=50,
+                    rows=400)
+    files = lake.snapshot("t").files()
+    assert all(f.null_counts["closed"] in (0, f.num_records) for f in files)
+    assert all(f.num_records <= 50 for f in files)
+    for kind in (0, 1):  # no nulls, all nulls: the key ranges of one kind's files are apart
+        ranges = sorted((f.min_values["k"], f.max_values["k"]) for f in files
+                        if (f.null_counts["closed"] == f.num_records) == kind)
+        assert len(ranges) >= 2
+        assert all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:]))
+    assert lake.read(lake.snapshot("t")).count() == 400
+
+
+def test_the_nulls_of_a_partition_column_cannot_be_kept_apart():
+    with pytest.raises(ConfigError, match="not a partition column"):
+        Output("t", SCHEMA, partition_by=("p",), nulls_apart="p")
