@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakelog.lake.base import DataFile
@@ -44,9 +44,16 @@ def split(groups: list[tuple[str, pa.Table]], column: str) -> list[tuple[str, pa
     return found
 
 
+def null_flag(column: str) -> Column:
+    """Whether `column` is null: what the `FLAG` column holds. A write clustered by it first
+    (`lakelog.lake.upsert.write_clustered`) is already in the order the flagged write needs,
+    so Spark adds no sort of its own, as long as both use this one expression."""
+    return F.col(column).isNull()
+
+
 def flagged(df: DataFrame, column: str) -> DataFrame:
     """`df` with the `FLAG` column a Spark write partitions by."""
-    return df.withColumn(FLAG, F.col(column).isNull())
+    return df.withColumn(FLAG, null_flag(column))
 
 
 def flattened(relative: str) -> str:

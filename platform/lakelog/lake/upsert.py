@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from lakelog.lake import AppTxn, DataFile, Lake, Snapshot, driver_write, held_merge
 from lakelog.lake.base import is_small, overlapping
-from lakelog.lake.nulls_apart import nulls_apart
+from lakelog.lake.nulls_apart import null_flag, nulls_apart
 
 
 def candidate_files(snapshot: Snapshot, rows: DataFrame, keys: Sequence[str]) -> list[DataFile]:
@@ -105,7 +105,7 @@ def write_clustered(
         # A table keeping nulls apart (`lakelog.lake.nulls_apart`) gets them in tasks and files
         # of their own: the few rows of one kind (a history's newly closed versions) in one
         # file rather than a file per task, and no sort of the write's own.
-        order = [*([F.col(apart).isNull()] if apart else []), *keys]
+        order = [*([null_flag(apart)] if apart else []), *keys]
         spread = df.coalesce(1) if files == 1 else df.repartitionByRange(files, *order)
         df = spread.sortWithinPartitions(*order)
     return lake.write(snapshot, df, remove=remove, txns=txns, metadata=metadata,
