@@ -250,7 +250,10 @@ class Lake(Protocol):
         (of a merge-on-read table: the range's net change, `lakelog.lake.changes.net_changes`)."""
 
     def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
-        """Set table properties in a new version (returned)."""
+        """Set table properties in a new version (returned). Properties another writer set to
+        the same values meanwhile are left as they are (their version is returned); a change
+        that loses a race to another metadata change is tried again on the latest version,
+        else `ConcurrentWriteError`."""
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
         """Delete files no longer referenced by versions younger than `retention`."""

@@ -27,7 +27,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakelog.errors import ChangesUnavailableError, SchemaMismatchError, TableNotFoundError
+from lakelog.errors import (
+    ChangesUnavailableError, ConcurrentWriteError, SchemaMismatchError, TableNotFoundError,
+)
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
 from lakelog.lake import (
     change_feed, data_files, delta_commit, driver_write, forgetting, held_read, loaded_tables,
@@ -38,6 +40,9 @@ from lakelog.lake.files_dataset import files_dataset
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.one_partition import few, one_partition
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
+
+#: How often a property change that lost a race to another metadata change is tried again.
+PROPERTY_RETRIES = 5
 
 TABLE_DEFAULTS = {
     # lakelog writes footer stats for every top-level column; without this, readers keep only
@@ -375,8 +380,22 @@ class EmbeddedLake:
         return change_feed.spark(self, path, start_version, end_version)
 
     def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
-        self._load(path).alter.set_table_properties(dict(properties), raise_if_not_exists=False)
-        return self._delta(path).version()
+        wanted = dict(properties)
+        for _ in range(PROPERTY_RETRIES):
+            table = self._load(path)
+            if wanted.items() <= table.metadata().configuration.items():
+                return table.version()  # so already: another writer set them meanwhile
+            try:
+                table.alter.set_table_properties(wanted, raise_if_not_exists=False)
+                return self._delta(path).version()
+            except CommitFailedError:
+                # Another writer changed the table's metadata since it was loaded (delta-rs
+                # rebases a property change over data commits, not over another metadata
+                # change): look again from the latest version.
+                continue
+        raise ConcurrentWriteError(
+            f"{path}: other writers changed the table's properties {PROPERTY_RETRIES} times "
+            "while these were being set; nothing was written")
 
     def purge_removed(self, path: str, through: int) -> list[str]:
         kept = {f.path for f in self.snapshot(path).files()}
