@@ -132,7 +132,9 @@ class Lake(Protocol):
 
     def replace_table(self, path: str, schema: StructType) -> None:
         """Replace an existing table by an empty one with `schema` (and a new table id), as one
-        new version: for a full rebuild whose columns changed."""
+        new version: for a full rebuild whose columns changed. Replaced meanwhile by another
+        writer with the same columns, it is left so; another commit first, a
+        `ConcurrentWriteError`."""
 
     def snapshot(self, path: str, version: int | None = None) -> Snapshot: ...
 
@@ -256,7 +258,8 @@ class Lake(Protocol):
         else `ConcurrentWriteError`."""
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
-        """Delete files no longer referenced by versions younger than `retention`."""
+        """Delete files no longer referenced by versions younger than `retention` (tried again
+        from the latest version when another writer changed the table's metadata meanwhile)."""
 
     def forget_history(self, path: str, before: int) -> int:
         """Checkpoint version `before` and delete the Delta log before it: no earlier version

@@ -41,8 +41,10 @@ from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.one_partition import few, one_partition
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
 
-#: How often a property change that lost a race to another metadata change is tried again.
-PROPERTY_RETRIES = 5
+#: How often a property change or a vacuum whose commit lost a race to another writer's
+#: metadata change is tried again from the latest version (delta-rs rebases those commits over
+#: data commits, not over a metadata change).
+METADATA_RETRIES = 5
 
 TABLE_DEFAULTS = {
     # lakelog writes footer stats for every top-level column; without this, readers keep only
@@ -155,15 +157,26 @@ class EmbeddedLake:
         if not self.exists(path):
             raise TableNotFoundError(f"table {path} does not exist")
         table = self._delta(path)
-        DeltaTable.create(
-            self.uri(path),
-            DeltaSchema.from_json(delta_schema_json(schema)),
-            mode="overwrite",
-            partition_by=list(table.metadata().partition_columns) or None,
-            configuration=dict(table.metadata().configuration),
-            storage_options=self._storage_options,
-            raise_if_key_not_exists=False,
-        )
+        try:
+            DeltaTable.create(
+                self.uri(path),
+                DeltaSchema.from_json(delta_schema_json(schema)),
+                mode="overwrite",
+                partition_by=list(table.metadata().partition_columns) or None,
+                configuration=dict(table.metadata().configuration),
+                storage_options=self._storage_options,
+                raise_if_key_not_exists=False,
+            )
+        except CommitFailedError as exc:
+            # Another writer committed first. Two runs of one rebuild both replacing the table:
+            # the other made it what this one would have, a new table with these columns.
+            now = self.snapshot(path)
+            if now.table_id != table.metadata().id and not describe_mismatch(
+                    expected=now.schema, actual=schema):
+                return
+            raise ConcurrentWriteError(
+                f"another writer committed to {path} while it was being replaced; nothing "
+                "was written") from exc
 
     def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
         return DeltaSnapshot(path, self._delta(path, version))
@@ -381,7 +394,7 @@ class EmbeddedLake:
 
     def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
         wanted = dict(properties)
-        for _ in range(PROPERTY_RETRIES):
+        for _ in range(METADATA_RETRIES):
             table = self._load(path)
             if wanted.items() <= table.metadata().configuration.items():
                 return table.version()  # so already: another writer set them meanwhile
@@ -394,7 +407,7 @@ class EmbeddedLake:
                 # change): look again from the latest version.
                 continue
         raise ConcurrentWriteError(
-            f"{path}: other writers changed the table's properties {PROPERTY_RETRIES} times "
+            f"{path}: other writers changed the table's properties {METADATA_RETRIES} times "
             "while these were being set; nothing was written")
 
     def purge_removed(self, path: str, through: int) -> list[str]:
@@ -408,9 +421,18 @@ class EmbeddedLake:
         return forgetting.forget_log(self.fs, self.fs_path(f"{path}/_delta_log"), before)
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
-        return self._load(path).vacuum(
-            retention_hours=int(retention.total_seconds() // 3600),
-            enforce_retention_duration=False,
-            dry_run=False,
-        )
+        for _ in range(METADATA_RETRIES):
+            try:
+                return self._load(path).vacuum(
+                    retention_hours=int(retention.total_seconds() // 3600),
+                    enforce_retention_duration=False,
+                    dry_run=False,
+                )
+            except CommitFailedError:
+                # Its commits (delta-rs records a vacuum's start and end) lost to a metadata
+                # change, e.g. an erasure keeping the log's heads: again, from the latest.
+                continue
+        raise ConcurrentWriteError(
+            f"{path}: other writers changed the table's metadata {METADATA_RETRIES} times "
+            "while it was being vacuumed")
 
