@@ -9,13 +9,15 @@ each time, and its list parsed with it.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from pyspark.sql.types import StructType
 
+from lakelog.errors import ConcurrentWriteError
 from lakelog.lake.base import DataFile
 from lakelog.lake.schema import spark_schema
 
@@ -23,10 +25,16 @@ from lakelog.lake.schema import spark_schema
 class DeltaSnapshot:
     """A Delta table loaded at one version by delta-rs."""
 
-    def __init__(self, path: str, table: DeltaTable) -> None:
+    def __init__(
+        self, path: str, table: DeltaTable, *, log_holds: Callable[[int], bool] | None = None,
+    ) -> None:
+        """`log_holds`: whether the table's log still holds a version's commit (a lake's
+        `forget_history` deletes those before a version), to tell a version forgotten since it
+        was loaded from other errors of delta-rs."""
         self.path = path
         self.table = table
         self.version: int = table.version()
+        self._log_holds = log_holds
 
     @property
     def schema(self) -> StructType:
@@ -61,7 +69,15 @@ class DeltaSnapshot:
         return list(found)
 
     def txn_version(self, app_id: str) -> int | None:
-        return self.table.transaction_version(app_id)
+        try:
+            return self.table.transaction_version(app_id)
+        except DeltaError as exc:  # delta-rs reads a loaded version's transactions lazily
+            if self._log_holds is None or self._log_holds(self.version):
+                raise
+            raise ConcurrentWriteError(
+                f"the Delta log of {self.path} through version {self.version}, read before, "
+                "was forgotten meanwhile (an erasure's clean-up): read the table again"
+            ) from exc
 
 
 #: The file lists of the loaded tables alive, by the table object's id (a `DeltaTable` is not

@@ -21,7 +21,8 @@ import pyarrow.fs as pafs
 import pyarrow.dataset as pads
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, TableNotFoundError as DeltaTableNotFound
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.exceptions import TableNotFoundError as DeltaTableNotFound
 from deltalake.transaction import AddAction, CommitProperties
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -179,7 +180,8 @@ class EmbeddedLake:
                 "was written") from exc
 
     def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
-        return DeltaSnapshot(path, self._delta(path, version))
+        return DeltaSnapshot(path, self._delta(path, version),
+                             log_holds=lambda v: self._log_holds(path, v))
 
     def read(
         self,
@@ -328,9 +330,41 @@ class EmbeddedLake:
         metadata: Mapping[str, Any] | None,
     ) -> int:
         commit_id = uuid.uuid4().hex
-        delta_commit.commit(snapshot, adds, removed, txns, metadata, commit_id=commit_id,
-                            discard=lambda paths: self._delete_files(snapshot.path, paths))
+        try:
+            delta_commit.commit(snapshot, adds, removed, txns, metadata, commit_id=commit_id,
+                                discard=lambda paths: self._delete_files(snapshot.path, paths))
+        except DeltaError as exc:  # a lost race is a `ConcurrentWriteError` already
+            # delta-rs checks a commit against those since the version it read: with their
+            # log forgotten meanwhile (an erasure's clean-up), it cannot.
+            if self._log_holds(snapshot.path, snapshot.version) or self._landed(
+                    snapshot.path, commit_id):
+                raise
+            self._delete_files(snapshot.path, [a.path for a in adds])
+            raise ConcurrentWriteError(
+                f"the Delta log of {snapshot.path} through version {snapshot.version}, which "
+                "this write read, was forgotten meanwhile (an erasure's clean-up); nothing was "
+                "written") from exc
         return self._committed_version(snapshot, commit_id)
+
+    def _log_holds(self, path: str, version: int) -> bool:
+        """Whether the table's log still holds `version`'s commit (`forget_history`)."""
+        found = self.fs.get_file_info(f"{self.fs_path(path)}/_delta_log/{version:020d}.json")
+        return found.type != pafs.FileType.NotFound
+
+    def _landed(self, path: str, commit_id: str) -> bool:
+        """Whether commit `commit_id` is in the table's log, looked for from the latest version
+        back to the first the log holds (after a `forget_history`, a few)."""
+        root, version = self.fs_path(path), self._load(path).version()
+        while version >= 0:
+            try:
+                actions = list(log_actions(self.fs, root, version))
+            except ChangesUnavailableError:
+                return False
+            if any(a.get("commitInfo", {}).get(delta_commit.COMMIT_ID) == commit_id
+                   for a in actions):
+                return True
+            version -= 1
+        return False
 
     def _committed_version(self, snapshot: DeltaSnapshot, commit_id: str) -> int:
         """The version commit `commit_id` on `snapshot` became: the first after it whose commit

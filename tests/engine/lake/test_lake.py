@@ -419,3 +419,27 @@ def test_a_vacuum_after_another_writers_metadata_change(lake, spark, monkeypatch
     removed = lake.vacuum("t", retention=timedelta(0))
     assert len(removed) == 1
     assert [r.id for r in lake.read(lake.snapshot("t")).collect()] == [2]
+
+
+def test_a_version_whose_log_was_forgotten_meanwhile(lake, spark):
+    """An erasure's clean-up (`forget_history`) deletes the log before a version while a writer
+    holds an older snapshot: its commit, and a look-up of its transactions, cannot be checked
+    against the versions since. Both fail as a `ConcurrentWriteError` (read the table again),
+    not as delta-rs's own error, and the write leaves no file behind."""
+    lake.create_table("t", SCHEMA)
+    for i in range(2):
+        lake.write_rows(lake.snapshot("t"), [{"part": 0, "id": i, "name": "n", "tags": {}}])
+    stale, looked_up = lake.snapshot("t", 2), lake.snapshot("t", 2)
+    for i in range(2, 4):
+        lake.write_rows(lake.snapshot("t"), [{"part": 0, "id": i, "name": "n", "tags": {}}])
+    lake.forget_history("t", before=4)
+    with pytest.raises(ConcurrentWriteError, match="forgotten meanwhile"):
+        looked_up.txn_version("some-app")
+    with pytest.raises(ConcurrentWriteError, match="forgotten meanwhile"):
+        lake.write(stale, rows(spark, [9]))
+    kept = {f.path for f in lake.snapshot("t").files()}
+    table_dir = Path(lake.root) / "t"
+    on_disk = {str(p.relative_to(table_dir)) for p in table_dir.rglob("*.parquet")
+               if "_delta_log" not in p.parts}
+    assert on_disk == kept
+    assert sorted(r.id for r in lake.read(lake.snapshot("t")).collect()) == [0, 1, 2, 3]
