@@ -3,25 +3,37 @@
 The files a write added and removed, its application transactions (the offsets and batch ids
 that make it exactly-once) and its commit metadata become one commit relative to the snapshot
 the writer read. When another writer committed first, the write fails: its new files are
-deleted again (`discard`), so a failed write leaves nothing behind.
+deleted again (`discard`), so a failed write leaves nothing behind. A commit's version is found
+again by its id in the log's commit files (`version_of`); a change of the table's metadata that
+loses to another writer's is tried again (`retried`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import pyarrow.fs as pafs
 
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from lakelog.errors import ConcurrentWriteError
+from lakelog.errors import ChangesUnavailableError, ConcurrentWriteError
 from lakelog.lake.base import AppTxn, DataFile
+from lakelog.lake.changes import log_actions
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 
 
 #: The commit-info field holding a commit's own id (`commit`), by which its version is found.
 COMMIT_ID = "lakelog.commit"
+
+#: How often a property change or a vacuum whose commit lost a race to another writer's
+#: metadata change is tried again from the latest version (delta-rs rebases those commits over
+#: data commits, not over a metadata change).
+METADATA_RETRIES = 5
+
+T = TypeVar("T")
 
 
 def commit(
@@ -65,3 +77,39 @@ def commit(
 
 def _partition_strings(values: Mapping[str, Any]) -> dict[str, str | None]:
     return {k: None if v is None else str(v) for k, v in values.items()}
+
+
+def log_holds(fs: pafs.FileSystem, table_fs_path: str, version: int) -> bool:
+    """Whether the table's log still holds `version`'s commit (an erasure's `forget_history`
+    deletes those before a version)."""
+    found = fs.get_file_info(f"{table_fs_path}/_delta_log/{version:020d}.json")
+    return found.type != pafs.FileType.NotFound
+
+
+def version_of(
+    fs: pafs.FileSystem, table_fs_path: str, commit_id: str, versions: Iterable[int]
+) -> int | None:
+    """The first of `versions` whose commit carries `commit_id` (`COMMIT_ID`); None when the
+    log holds none of them before one it does not hold."""
+    for version in versions:
+        try:
+            actions = list(log_actions(fs, table_fs_path, version))
+        except ChangesUnavailableError:
+            return None
+        if any(a.get("commitInfo", {}).get(COMMIT_ID) == commit_id for a in actions):
+            return version
+    return None
+
+
+def retried(path: str, attempt: Callable[[], T], doing: str) -> T:
+    """`attempt()`, again from the start while its commit loses to another writer's change of
+    the table's metadata, up to `METADATA_RETRIES` times; then `ConcurrentWriteError`, saying
+    what it was `doing`."""
+    for _ in range(METADATA_RETRIES):
+        try:
+            return attempt()
+        except CommitFailedError:
+            continue
+    raise ConcurrentWriteError(
+        f"{path}: other writers changed the table's metadata {METADATA_RETRIES} times while "
+        f"{doing}")

@@ -68,11 +68,16 @@ class DeltaSnapshot:
             _PARSED[id(self.table)] = found
         return list(found)
 
+    def forgotten(self) -> bool:
+        """Whether the table's log no longer holds this version's commit (False when the
+        snapshot was not told how to look)."""
+        return self._log_holds is not None and not self._log_holds(self.version)
+
     def txn_version(self, app_id: str) -> int | None:
         try:
             return self.table.transaction_version(app_id)
         except DeltaError as exc:  # delta-rs reads a loaded version's transactions lazily
-            if self._log_holds is None or self._log_holds(self.version):
+            if not self.forgotten():
                 raise
             raise ConcurrentWriteError(
                 f"the Delta log of {self.path} through version {self.version}, read before, "

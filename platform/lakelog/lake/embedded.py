@@ -9,6 +9,7 @@ deleted again, so a failed write leaves nothing behind.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import uuid
@@ -28,24 +29,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakelog.errors import (
-    ChangesUnavailableError, ConcurrentWriteError, SchemaMismatchError, TableNotFoundError,
-)
+from lakelog.errors import ConcurrentWriteError, SchemaMismatchError, TableNotFoundError
 from lakelog.lake.base import AppTxn, CommitMetadata, DataFile, WriteMode
 from lakelog.lake import (
     change_feed, data_files, delta_commit, driver_write, forgetting, held_read, loaded_tables,
 )
-from lakelog.lake.changes import log_actions, partition_types_held
+from lakelog.lake.changes import partition_types_held
 from lakelog.lake.delta_snapshot import DeltaSnapshot
 from lakelog.lake.files_dataset import files_dataset
 from lakelog.lake.merge_on_read import FILE, current_rows, merge_keys
 from lakelog.lake.one_partition import few, one_partition
 from lakelog.lake.schema import delta_schema_json, describe_mismatch
-
-#: How often a property change or a vacuum whose commit lost a race to another writer's
-#: metadata change is tried again from the latest version (delta-rs rebases those commits over
-#: data commits, not over a metadata change).
-METADATA_RETRIES = 5
 
 TABLE_DEFAULTS = {
     # lakelog writes footer stats for every top-level column; without this, readers keep only
@@ -180,8 +174,8 @@ class EmbeddedLake:
                 "was written") from exc
 
     def snapshot(self, path: str, version: int | None = None) -> DeltaSnapshot:
-        return DeltaSnapshot(path, self._delta(path, version),
-                             log_holds=lambda v: self._log_holds(path, v))
+        return DeltaSnapshot(path, self._delta(path, version), log_holds=lambda v: (
+            delta_commit.log_holds(self.fs, self.fs_path(path), v)))
 
     def read(
         self,
@@ -336,8 +330,9 @@ class EmbeddedLake:
         except DeltaError as exc:  # a lost race is a `ConcurrentWriteError` already
             # delta-rs checks a commit against those since the version it read: with their
             # log forgotten meanwhile (an erasure's clean-up), it cannot.
-            if self._log_holds(snapshot.path, snapshot.version) or self._landed(
-                    snapshot.path, commit_id):
+            if not snapshot.forgotten() or delta_commit.version_of(  # or it landed after all
+                    self.fs, self.fs_path(snapshot.path), commit_id,
+                    range(self._load(snapshot.path).version(), -1, -1)) is not None:
                 raise
             self._delete_files(snapshot.path, [a.path for a in adds])
             raise ConcurrentWriteError(
@@ -346,40 +341,15 @@ class EmbeddedLake:
                 "written") from exc
         return self._committed_version(snapshot, commit_id)
 
-    def _log_holds(self, path: str, version: int) -> bool:
-        """Whether the table's log still holds `version`'s commit (`forget_history`)."""
-        found = self.fs.get_file_info(f"{self.fs_path(path)}/_delta_log/{version:020d}.json")
-        return found.type != pafs.FileType.NotFound
-
-    def _landed(self, path: str, commit_id: str) -> bool:
-        """Whether commit `commit_id` is in the table's log, looked for from the latest version
-        back to the first the log holds (after a `forget_history`, a few)."""
-        root, version = self.fs_path(path), self._load(path).version()
-        while version >= 0:
-            try:
-                actions = list(log_actions(self.fs, root, version))
-            except ChangesUnavailableError:
-                return False
-            if any(a.get("commitInfo", {}).get(delta_commit.COMMIT_ID) == commit_id
-                   for a in actions):
-                return True
-            version -= 1
-        return False
-
     def _committed_version(self, snapshot: DeltaSnapshot, commit_id: str) -> int:
         """The version commit `commit_id` on `snapshot` became: the first after it whose commit
         info carries the id (delta-rs retries a commit that conflicts with nothing after other
         writers' versions). Read from the log's commit files, where loading the table gave its
         latest version, another writer's if one committed right after (and took 2-4 ms)."""
-        root = self.fs_path(snapshot.path)
-        version = snapshot.version + 1
-        try:
-            while not any(a.get("commitInfo", {}).get(delta_commit.COMMIT_ID) == commit_id
-                          for a in log_actions(self.fs, root, version)):
-                version += 1
-        except ChangesUnavailableError:  # its log trimmed already (`forget_history`)
-            return self._delta(snapshot.path).version()
-        return version
+        found = delta_commit.version_of(self.fs, self.fs_path(snapshot.path), commit_id,
+                                        itertools.count(snapshot.version + 1))
+        # None: its log trimmed already (`forget_history`)
+        return self._delta(snapshot.path).version() if found is None else found
 
     def list_files(self, path: str) -> list[tuple[str, int]]:
         """Files below `path` (relative paths and sizes), skipping hidden and temporary ones."""
@@ -428,21 +398,16 @@ class EmbeddedLake:
 
     def set_properties(self, path: str, properties: Mapping[str, str]) -> int:
         wanted = dict(properties)
-        for _ in range(METADATA_RETRIES):
+
+        def attempt() -> int:
             table = self._load(path)
             if wanted.items() <= table.metadata().configuration.items():
                 return table.version()  # so already: another writer set them meanwhile
-            try:
-                table.alter.set_table_properties(wanted, raise_if_not_exists=False)
-                return self._delta(path).version()
-            except CommitFailedError:
-                # Another writer changed the table's metadata since it was loaded (delta-rs
-                # rebases a property change over data commits, not over another metadata
-                # change): look again from the latest version.
-                continue
-        raise ConcurrentWriteError(
-            f"{path}: other writers changed the table's properties {METADATA_RETRIES} times "
-            "while these were being set; nothing was written")
+            table.alter.set_table_properties(wanted, raise_if_not_exists=False)
+            return self._delta(path).version()
+
+        return delta_commit.retried(path, attempt,
+                                    "its properties were being set; nothing was written")
 
     def purge_removed(self, path: str, through: int) -> list[str]:
         kept = {f.path for f in self.snapshot(path).files()}
@@ -455,18 +420,10 @@ class EmbeddedLake:
         return forgetting.forget_log(self.fs, self.fs_path(f"{path}/_delta_log"), before)
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
-        for _ in range(METADATA_RETRIES):
-            try:
-                return self._load(path).vacuum(
-                    retention_hours=int(retention.total_seconds() // 3600),
-                    enforce_retention_duration=False,
-                    dry_run=False,
-                )
-            except CommitFailedError:
-                # Its commits (delta-rs records a vacuum's start and end) lost to a metadata
-                # change, e.g. an erasure keeping the log's heads: again, from the latest.
-                continue
-        raise ConcurrentWriteError(
-            f"{path}: other writers changed the table's metadata {METADATA_RETRIES} times "
-            "while it was being vacuumed")
-
+        # Its commits (delta-rs records a vacuum's start and end) may lose to a metadata
+        # change, e.g. an erasure keeping the log's heads.
+        return delta_commit.retried(path, lambda: self._load(path).vacuum(
+            retention_hours=int(retention.total_seconds() // 3600),
+            enforce_retention_duration=False,
+            dry_run=False,
+        ), "it was being vacuumed")

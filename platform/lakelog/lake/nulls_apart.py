@@ -72,4 +72,3 @@ def flattened(relative: str) -> str:
 def holding_nulls(files: Sequence[DataFile], column: str) -> list[DataFile]:
     """The files that may hold a row where `column` is null (no statistics: may)."""
     return [f for f in files if f.null_counts.get(column, 1) != 0]
-
