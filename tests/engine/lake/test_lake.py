@@ -334,33 +334,35 @@ def test_a_read_of_some_keys_matches_the_columns_named(lake, spark):
     assert sorted((r.part, r.id) for r in by_id) == [(0, 2), (0, 4), (1, 2)]
 
 
+def loaded_before(lake, monkeypatch, change: dict[str, str], times: int = 1) -> None:
+    """The lake's next `times` loads of table "t" give the version it had before another
+    writer set the properties `change`: a commit planned on it meets that metadata change."""
+    uri, load = lake.uri("t"), lake._load
+    stale = DeltaTable(uri)  # what this writer loaded, then another writer commits
+    DeltaTable(uri).alter.set_table_properties(change, raise_if_not_exists=False)
+    calls = iter(range(times))
+    monkeypatch.setattr(lake, "_load", lambda path, version=None: (
+        stale if next(calls, None) is not None else load(path, version)))
+
+
 def test_properties_set_meanwhile_by_another_writer(lake, monkeypatch):
     """Two writers setting table properties at once (members of a group marking a table made
     before): delta-rs fails the later metadata change, so the lake looks again. Set to the same
     values meanwhile, they are left as they are; another property changed meanwhile, the change
     is made on top of it; losing every time, a `ConcurrentWriteError`."""
     lake.create_table("t", SCHEMA)
-    uri, load = lake.uri("t"), lake._load
-
-    def loaded_before(change: dict[str, str], times: int = 1):
-        stale = DeltaTable(uri)  # what this writer loaded, then another writer commits
-        DeltaTable(uri).alter.set_table_properties(change, raise_if_not_exists=False)
-        calls = iter(range(times))
-        monkeypatch.setattr(lake, "_load", lambda path, version=None: (
-            stale if next(calls, None) is not None else load(path, version)))
-
     before = lake.snapshot("t").version
-    loaded_before({"lakelog.a": "1"})
+    loaded_before(lake, monkeypatch, {"lakelog.a": "1"})
     assert lake.set_properties("t", {"lakelog.a": "1"}) == before + 1  # the other's version
     assert lake.snapshot("t").version == before + 1
 
-    loaded_before({"lakelog.b": "2"})
+    loaded_before(lake, monkeypatch, {"lakelog.b": "2"})
     version = lake.set_properties("t", {"lakelog.a": "3"})
     assert version == before + 3
     properties = lake.snapshot("t").properties
     assert (properties["lakelog.a"], properties["lakelog.b"]) == ("3", "2")
 
-    loaded_before({"lakelog.c": "4"}, times=100)
+    loaded_before(lake, monkeypatch, {"lakelog.c": "4"}, times=100)
     with pytest.raises(ConcurrentWriteError, match="other writers changed"):
         lake.set_properties("t", {"lakelog.a": "5"})
     assert lake.snapshot("t").properties["lakelog.a"] == "3"
@@ -410,12 +412,7 @@ def test_a_vacuum_after_another_writers_metadata_change(lake, spark, monkeypatch
     lake.create_table("t", SCHEMA)
     lake.write(lake.snapshot("t"), rows(spark, [1]))
     lake.write(lake.snapshot("t"), rows(spark, [2]), mode="overwrite")
-    stale = DeltaTable(lake.uri("t"))
-    DeltaTable(lake.uri("t")).alter.set_table_properties({"lakelog.a": "1"},
-                                                         raise_if_not_exists=False)
-    load, calls = lake._load, iter([stale])
-    monkeypatch.setattr(lake, "_load", lambda path, version=None: next(calls, None)
-                        or load(path, version))
+    loaded_before(lake, monkeypatch, {"lakelog.a": "1"})
     removed = lake.vacuum("t", retention=timedelta(0))
     assert len(removed) == 1
     assert [r.id for r in lake.read(lake.snapshot("t")).collect()] == [2]
