@@ -7,7 +7,9 @@ this module builds nothing; the demo shop's location is `lakelog.assets.definiti
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,17 @@ class Location:
     live: LiveGraph
 
 
+@contextlib.contextmanager
+def lakelogs_own_choices() -> Iterator[None]:
+    """Dagster's beta and preview warnings about what lakelog's definitions use (the backfill
+    policy of its hourly assets, ...) not shown: lakelog chose those, its users cannot act on
+    them (`dagster dev` printed them at every load of a code location)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        yield
+
+
 def build_location(
     pipeline: Pipeline,
     *,
@@ -47,6 +60,13 @@ def build_location(
     pipeline_interval_seconds: int = INTERVAL_S,
 ) -> Location:
     """`build_definitions`, with the live graph the runner (`lakelog.assets.runner`) needs."""
+    with lakelogs_own_choices():
+        return _built(pipeline, resources, pipeline_interval_seconds)
+
+
+def _built(
+    pipeline: Pipeline, resources: Mapping[str, Any] | None, pipeline_interval_seconds: int,
+) -> Location:
     topics, consumers = pipeline.all_topics, pipeline.all_consumers
     sources, aggregates = pipeline.sources, pipeline.aggregates
     checks = quality_checks({t.name: t for t in pipeline.topics}, sources)

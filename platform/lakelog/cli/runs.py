@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import os
 import sys
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +30,9 @@ SHOWN = ("records_appended", "records", "batches", "events_published", "changes"
 def dagster_quiet() -> Iterator[None]:
     """While Dagster runs: its banners on stderr (stdout holds --json output), its beta and
     preview warnings about lakelog's own definitions not shown to users."""
-    import dagster as dg
+    from lakelog.assets.location import lakelogs_own_choices
 
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        warnings.simplefilter("ignore", dg.PreviewWarning)
+    with lakelogs_own_choices(), contextlib.redirect_stdout(sys.stderr):
         yield
 
 
