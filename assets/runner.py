@@ -12,6 +12,12 @@ materialized, with its metadata and lineage:
   (``DAGSTER_HOME=<lake root>/dagster dagster dev`` shows it), or an ephemeral one when the
   lake is on an object store.
 
+A persistent instance lakelog makes (beside the lake, or at a ``$DAGSTER_HOME`` that is new or
+empty) gets lakelog's `dagster.yaml` (`lakelog.assets.instance_file`: deploy/dagster.yaml on
+SQLite), so `dagster dev` over it forks its runs, launches them within a second and queues the
+pipeline's next run behind the one in progress; a home that has a `dagster.yaml`, or Dagster's
+files, keeps what it has.
+
 A run holds the pipeline sensor like any pipeline run (one at a time). Runs are tagged with the
 runner's host and pid, so a run whose process was killed, and which therefore never ends by
 itself, is reported failed by the next runner instead of holding the sensor forever.
@@ -35,6 +41,7 @@ from dagster._core.instance.ref import InstanceRef
 from lakelog.assets.location import build_location
 from lakelog.assets.executor import execute_here
 from lakelog.assets.gates import verdicts
+from lakelog.assets.instance_file import write_instance_yaml
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.assets.naming import CATCH_UP_TAG, capture_key, output_key
 from lakelog.assets.pipeline import PIPELINE
@@ -63,17 +70,14 @@ def open_instance(lake_root: str, environ: Mapping[str, str]) -> tuple[dg.Dagste
     """
     home = environ.get(INSTANCE_VARIABLE)
     if home:
-        Path(home).mkdir(parents=True, exist_ok=True)
+        if not Path(home).is_dir() or not any(Path(home).iterdir()):
+            write_instance_yaml(Path(home))
         return _persistent(home), home
     if "://" in lake_root:
         return dg.DagsterInstance.ephemeral(), "ephemeral (set $DAGSTER_HOME to keep runs)"
     home = Path(lake_root, "dagster").resolve()
     if not (home / "dagster.yaml").exists():
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "dagster.yaml").write_text(
-            "# The Dagster instance of `lakelog run` and `lakelog demo` for this lake: Dagster's\n"
-            "# SQLite files in this folder, stored through lakelog's classes.\n"
-            + yaml.safe_dump({"storage": storage_config(FROM_DAGSTER_HOME)}))
+        write_instance_yaml(home)
     return _persistent(str(home)), str(home)
 
 

@@ -15,6 +15,8 @@ import pytest
 from deltalake import DeltaTable
 from processes import subprocess_env
 
+from lakelog.assets.instance_file import INSTANCE_YAML
+
 pytestmark = pytest.mark.slow
 
 PROJECT = Path(__file__).with_name("project")
@@ -188,8 +190,11 @@ def test_init_scaffolds_a_project_that_runs_at_once(tmp_path):
     assert made["package"] == "corner_shop"
     assert made["pipeline"] == "corner_shop.pipeline:pipeline"
     assert {"pyproject.toml", "workspace.yaml", "corner_shop/pipeline.py",
-            "corner_shop/models/actions_per_hour.sql", "tests/test_pipeline.py"} <= set(
-        made["files"])
+            "corner_shop/models/actions_per_hour.sql", "tests/test_pipeline.py",
+            ".lakelog/dagster/dagster.yaml"} <= set(made["files"])
+    # The instance the printed next steps name: `dagster dev` started first runs under it too.
+    assert (folder / ".lakelog" / "dagster" / "dagster.yaml").read_text() == (
+        INSTANCE_YAML.read_text())
     again = run([*LAKELOG, "init", "Corner Shop"], cwd=tmp_path, env=env, check=False)
     one_line_error(again, "exists and is not an empty folder")
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 from shop_records import order, page_view
 
+from lakelog.assets.instance_file import INSTANCE_YAML
+from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
+from lakelog.assets.launcher import PreforkRunLauncher
 from lakelog.assets.location import build_definitions
+from lakelog.assets.naming import CATCH_UP_TAG
 from lakelog.assets.runner import RUNNER_HOST, RUNNER_PID, Runner, open_instance
 from lakelog.consumers import lag
 from lakelog.demo.shop import PRODUCT_STATS_CONSUMER, TOPICS
@@ -20,6 +26,7 @@ from lakelog.resources import SourceResource
 
 PIPELINE = Pipeline("runner", topics=TOPICS, consumers=[PRODUCT_STATS_CONSUMER])
 STATS = dg.AssetKey(["streams", "product_stats"])
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -88,7 +95,43 @@ def test_a_run_whose_process_died_is_reported_failed(runner, instance):
 def test_runs_are_kept_beside_the_lake_unless_dagster_home_says(tmp_path):
     instance, where = open_instance(str(tmp_path / "lake"), {})
     assert where == str(tmp_path / "lake" / "dagster") and not instance.is_ephemeral
-    assert (tmp_path / "lake" / "dagster" / "dagster.yaml").exists()
+    assert (tmp_path / "lake" / "dagster" / "dagster.yaml").read_text() == (
+        INSTANCE_YAML.read_text())
     home = tmp_path / "home"
     assert open_instance(str(tmp_path / "lake"), {"DAGSTER_HOME": str(home)})[1] == str(home)
     assert open_instance("s3://bucket/lake", {})[0].is_ephemeral
+
+
+def test_an_instance_lakelog_makes_forks_its_runs_and_queues_the_next(tmp_path):
+    """A new or empty $DAGSTER_HOME, like the lake's own, gets lakelog's dagster.yaml: what
+    `dagster dev` over it needs to start a requested run within a second or two; a home with
+    Dagster's files but no dagster.yaml (an instance of Dagster's defaults) keeps them."""
+    for home in (tmp_path / "new", tmp_path / "empty"):
+        if home.name == "empty":
+            home.mkdir()
+        instance, _ = open_instance(str(tmp_path / "lake"), {"DAGSTER_HOME": str(home)})
+        assert type(instance.run_launcher) is PreforkRunLauncher
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        assert {"key": CATCH_UP_TAG, "limit": 1} in limits
+        assert instance.run_retries_enabled and instance.run_monitoring_enabled
+        instance.dispose()
+
+    used = tmp_path / "used"
+    used.mkdir()
+    dg.DagsterInstance.from_config(str(used)).dispose()  # Dagster's files, its defaults
+    instance, _ = open_instance(str(tmp_path / "lake"), {"DAGSTER_HOME": str(used)})
+    assert not (used / "dagster.yaml").exists()
+    assert type(instance.run_launcher) is not PreforkRunLauncher
+    instance.dispose()
+
+
+def test_lakelogs_instance_is_the_deploy_instance_on_sqlite():
+    """The instance lakelog makes and deploy/dagster.yaml differ only in their storage (and
+    deploy's telemetry opt-out, which is the user's to make locally)."""
+    mine = yaml.safe_load(INSTANCE_YAML.read_text())
+    deploy = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
+    assert mine.pop("storage") == storage_config(FROM_DAGSTER_HOME)
+    assert set(deploy.pop("storage")) == {"postgres"}
+    assert deploy.pop("telemetry") == {"enabled": False}
+    assert mine == deploy

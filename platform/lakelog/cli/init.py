@@ -2,7 +2,8 @@
 
 The project (the files under ``template/``, ``$package`` replaced by its package name) holds a
 pipeline module with one topic, one windowed aggregate and one SQL model, its Dagster code
-location and ``workspace.yaml``, a test, and a ``pyproject.toml`` whose ``[tool.dagster]`` and
+location and ``workspace.yaml``, a test, lakelog's Dagster instance in ``.lakelog/dagster``
+(`lakelog.assets.instance_file`), and a ``pyproject.toml`` whose ``[tool.dagster]`` and
 ``[tool.lakelog]`` tables point `dagster` and `lakelog` at them from the project folder — so
 both work there at once, before the project is installed.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from lakelog.assets.instance_file import write_instance_yaml
 from lakelog.errors import ConfigError
 
 TEMPLATE = Path(__file__).with_name("template")
@@ -63,6 +65,9 @@ def scaffold(target: Path, package: str) -> list[Path]:
         text = Template(source.read_text(encoding="utf-8")).substitute(package=package)
         path.write_text(text, encoding="utf-8")
         written.append(path)
+    # The project's Dagster instance (the folder its DAGSTER_HOME names, and where `lakelog run`
+    # keeps runs without one), so that `dagster dev` started first runs under lakelog's too.
+    written.append(write_instance_yaml(target / ".lakelog" / "dagster"))
     return written
 
 
