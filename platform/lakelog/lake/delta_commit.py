@@ -5,7 +5,7 @@ that make it exactly-once) and its commit metadata become one commit relative to
 the writer read. When another writer committed first, the write fails: its new files are
 deleted again (`discard`), so a failed write leaves nothing behind. A commit's version is found
 again by its id in the log's commit files (`version_of`); a change of the table's metadata that
-loses to another writer's is tried again (`retried`).
+loses to another writer's is tried again (`retried`), and so is a `vacuum`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import pyarrow.fs as pafs
 
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
@@ -113,3 +114,45 @@ def retried(path: str, attempt: Callable[[], T], doing: str) -> T:
     raise ConcurrentWriteError(
         f"{path}: other writers changed the table's metadata {METADATA_RETRIES} times while "
         f"{doing}")
+
+
+def vacuum(path: str, load: Callable[[], DeltaTable], fs: pafs.FileSystem, table_fs_path: str,
+           *, retention_hours: int) -> list[str]:
+    """Delete the files the table at `path` (`load` reads its latest version; `table_fs_path`
+    on `fs`) no longer refers to and removed over `retention_hours` ago; the files deleted,
+    relative to the table.
+
+    delta-rs commits a vacuum's start and its end, and either may lose to another writer's
+    metadata change (an erasure keeping a log's heads): it is `retried`. One that lost its end
+    commit had deleted its files already, which its retry reports by their full path or, where
+    it lists the table's folder, not at all: the files the first attempt planned that are gone
+    count as deleted, each once, relative to the table."""
+    planned: list[str] = []
+
+    def attempt() -> list[str]:
+        table = load()
+        if not planned:
+            planned.extend(table.vacuum(retention_hours=retention_hours, dry_run=True,
+                                        enforce_retention_duration=False))
+        return table.vacuum(retention_hours=retention_hours, dry_run=False,
+                            enforce_retention_duration=False)
+
+    done = retried(path, attempt, "it was being vacuumed")
+    deleted = list(dict.fromkeys(_in_table(f, table_fs_path) for f in done))
+    known = set(deleted)
+    rest = [f for f in dict.fromkeys(_in_table(f, table_fs_path) for f in planned)
+            if f not in known]
+    infos = fs.get_file_info([f"{table_fs_path}/{f}" for f in rest])
+    return deleted + [
+        f for f, info in zip(rest, infos) if info.type == pafs.FileType.NotFound]
+
+
+def _in_table(path: str, table_fs_path: str) -> str:
+    """A file of a table as delta-rs reports it (relative to the table, or a full path or URI,
+    as a vacuum's retry reports files it found gone), relative to the table."""
+    bare = path.split("://", 1)[-1]
+    root = table_fs_path.rstrip("/") + "/"
+    for prefix in (root, root.lstrip("/")):
+        if bare.startswith(prefix):
+            return bare[len(prefix):]
+    return path

@@ -420,10 +420,5 @@ class EmbeddedLake:
         return forgetting.forget_log(self.fs, self.fs_path(f"{path}/_delta_log"), before)
 
     def vacuum(self, path: str, *, retention: timedelta) -> list[str]:
-        # Its commits (delta-rs records a vacuum's start and end) may lose to a metadata
-        # change, e.g. an erasure keeping the log's heads.
-        return delta_commit.retried(path, lambda: self._load(path).vacuum(
-            retention_hours=int(retention.total_seconds() // 3600),
-            enforce_retention_duration=False,
-            dry_run=False,
-        ), "it was being vacuumed")
+        return delta_commit.vacuum(path, lambda: self._load(path), self.fs, self.fs_path(path),
+                                   retention_hours=int(retention.total_seconds() // 3600))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
@@ -415,6 +416,29 @@ def test_a_vacuum_after_another_writers_metadata_change(lake, spark, monkeypatch
     loaded_before(lake, monkeypatch, {"lakelog.a": "1"})
     removed = lake.vacuum("t", retention=timedelta(0))
     assert len(removed) == 1
+    assert [r.id for r in lake.read(lake.snapshot("t")).collect()] == [2]
+
+
+def test_a_vacuum_whose_end_commit_lost_reports_what_it_deleted(lake, spark, monkeypatch):
+    """A vacuum whose end commit loses to another writer's metadata change after it deleted its
+    files is tried again, which finds nothing left to delete: it reports the files the first
+    attempt deleted."""
+    lake.create_table("t", SCHEMA)
+    lake.write(lake.snapshot("t"), rows(spark, [1]))
+    lake.write(lake.snapshot("t"), rows(spark, [2]), mode="overwrite")
+    real, lost = DeltaTable.vacuum, []
+
+    def vacuum(self, *args, dry_run: bool = True, **kwargs):
+        done = real(self, *args, dry_run=dry_run, **kwargs)
+        if not dry_run and not lost:  # the files are deleted; the end commit loses
+            lost.append(done)
+            raise CommitFailedError("the vacuum's end commit lost a race (simulated)")
+        return done
+
+    monkeypatch.setattr(DeltaTable, "vacuum", vacuum)
+    removed = lake.vacuum("t", retention=timedelta(0))
+    assert len(lost) == 1 and len(lost[0]) == 1
+    assert removed == lost[0]
     assert [r.id for r in lake.read(lake.snapshot("t")).collect()] == [2]
 
 
