@@ -86,7 +86,7 @@ def ran(project, tmp_path_factory) -> dict:
     return {"produced": produced, "report": json.loads(lakelog("run", "--json").stdout)}
 
 
-def test_every_command_works_on_a_pipeline_of_ones_own(project, ran):
+def test_every_command_works_on_a_pipeline_of_ones_own(project, ran, monkeypatch):
     lakelog, home, report = project["lakelog"], project["home"], ran["report"]
     assert (ran["produced"]["appended"], ran["produced"]["dead_letters"]) == (12, 1)
     assert report["success"] and report["pipeline"] == "signups"
@@ -96,7 +96,11 @@ def test_every_command_works_on_a_pipeline_of_ones_own(project, ran):
     assert done["views/signups_per_hour"]["mode"] == "full"
     assert {r["plan"]: r["signups"] for r in rows(home, "views/signups_per_hour")} == {
         "free": 16, "pro": 4}
-    # The run is on the instance at $DAGSTER_HOME, every live asset with its materialization.
+    # The run is on the instance at $DAGSTER_HOME, every live asset with its materialization;
+    # lakelog made it (a new folder), with its dagster.yaml, which names the storage by
+    # $DAGSTER_HOME as `dagster dev` sets it.
+    assert (project["instance"] / "dagster.yaml").read_text() == INSTANCE_YAML.read_text()
+    monkeypatch.setenv("DAGSTER_HOME", str(project["instance"]))
     instance = dg.DagsterInstance.from_config(str(project["instance"]))
     assert instance.get_run_by_id(report["run_id"]).job_name == "pipeline"
     for key in ("log/signups", "streams/signups_per_minute", "streams/signup_copies",
