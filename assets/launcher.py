@@ -42,6 +42,7 @@ from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 from dagster._serdes import ConfigurableClassData, serialize_value
 
 from lakelog.assets.prefork import PRELOAD, read_line
+from lakelog.assets.runner_tags import runner_gone
 from lakelog.procfs import stat_fields
 
 #: The run tag naming the run's worker: ``{"host": ..., "pid": ..., "started": ...}``.
@@ -249,6 +250,10 @@ class PreforkRunLauncher(DefaultRunLauncher):
 
     def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
         worker = self.worker_of(run)
+        if worker is None and (why := runner_gone(run.tags)):
+            # executed in a `lakelog` process that was killed: it holds its pools and the
+            # pipeline's run limit until reported failed
+            return CheckRunHealthResult(WorkerStatus.FAILED, why)
         if worker is None or worker["host"] != socket.gethostname():
             # launched through a code server, or elsewhere: not ours to judge
             return CheckRunHealthResult(WorkerStatus.RUNNING, "not a worker of this launcher")

@@ -12,11 +12,12 @@ materialized, with its metadata and lineage:
   (``DAGSTER_HOME=<lake root>/dagster dagster dev`` shows it), or an ephemeral one when the
   lake is on an object store.
 
-A persistent instance lakelog makes (beside the lake, or at a ``$DAGSTER_HOME`` that is new or
-empty) gets lakelog's `dagster.yaml` (`lakelog.assets.instance_file`: deploy/dagster.yaml on
+A persistent instance lakelog makes (beside the lake, or at a ``$DAGSTER_HOME`` that does not
+exist yet) gets lakelog's `dagster.yaml` (`lakelog.assets.instance_file`: deploy/dagster.yaml on
 SQLite), so `dagster dev` over it forks its runs, launches them within a second and queues the
-pipeline's next run behind the one in progress; a home that has a `dagster.yaml`, or Dagster's
-files, keeps what it has.
+pipeline's next run behind the one in progress. The `dagster.yaml` lakelog wrote before (its
+storage alone) is replaced; another one, and a ``$DAGSTER_HOME`` that exists, keep what they
+have.
 
 A run holds the pipeline sensor like any pipeline run (one at a time). Runs are tagged with the
 runner's host and pid, so a run whose process was killed, and which therefore never ends by
@@ -41,8 +42,9 @@ from dagster._core.instance.ref import InstanceRef
 from lakelog.assets.location import build_location
 from lakelog.assets.executor import execute_here
 from lakelog.assets.gates import verdicts
-from lakelog.assets.instance_file import write_instance_yaml
+from lakelog.assets.instance_file import ensure_instance_yaml
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
+from lakelog.assets.runner_tags import RUNNER_HOST, runner_gone, runner_tags
 from lakelog.assets.naming import CATCH_UP_TAG, capture_key, output_key
 from lakelog.assets.pipeline import PIPELINE
 from lakelog.consumers import Consumer
@@ -50,7 +52,6 @@ from lakelog.lake import Lake
 from lakelog.pipeline import Pipeline
 
 INSTANCE_VARIABLE = "DAGSTER_HOME"
-RUNNER_HOST, RUNNER_PID = "lakelog/runner_host", "lakelog/runner_pid"
 #: Step events and errors stay in the instance's event log; the caller reports the failures.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 #: The `dagster.yaml` keys that choose where an instance is stored.
@@ -70,14 +71,14 @@ def open_instance(lake_root: str, environ: Mapping[str, str]) -> tuple[dg.Dagste
     """
     home = environ.get(INSTANCE_VARIABLE)
     if home:
-        if not Path(home).is_dir() or not any(Path(home).iterdir()):
-            write_instance_yaml(Path(home))
+        made = not Path(home).exists()
+        Path(home).mkdir(parents=True, exist_ok=True)
+        ensure_instance_yaml(Path(home), lakelogs=made)
         return _persistent(home), home
     if "://" in lake_root:
         return dg.DagsterInstance.ephemeral(), "ephemeral (set $DAGSTER_HOME to keep runs)"
     home = Path(lake_root, "dagster").resolve()
-    if not (home / "dagster.yaml").exists():
-        write_instance_yaml(home)
+    ensure_instance_yaml(home, lakelogs=True)
     return _persistent(str(home)), str(home)
 
 
@@ -148,8 +149,7 @@ class Runner:
         self._defs = location.defs
         self._lake: Lake = resources["lake"].open()  # metadata only: Spark starts on first use
         self.lake_root = self._lake.root
-        self._tags = {**(tags or {}), RUNNER_HOST: socket.gethostname(),
-                      RUNNER_PID: str(os.getpid()), CATCH_UP_TAG: "true"}
+        self._tags = {**(tags or {}), **runner_tags(), CATCH_UP_TAG: "true"}
         self._unchecked: dg.JobDefinition | None = None
 
     def capture_keys(self) -> set[dg.AssetKey]:
@@ -243,20 +243,8 @@ class Runner:
         runs = self.instance.get_runs(dg.RunsFilter(
             job_name=PIPELINE, statuses=_UNFINISHED, tags={RUNNER_HOST: host}))
         for run in runs:
-            pid = run.tags.get(RUNNER_PID, "")
-            if pid.isdigit() and not _alive(int(pid)):
-                self.instance.report_run_failed(
-                    run, f"its lakelog process {pid} on {host} ended without finishing it")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+            if why := runner_gone(run.tags):
+                self.instance.report_run_failed(run, why)
 
 
 def _plain(metadata: Mapping[str, dg.MetadataValue]) -> dict[str, Any]:

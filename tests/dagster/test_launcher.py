@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from dagster._core.launcher.base import WorkerStatus
 
 from lakelog.assets.launcher import WORKER_TAG, PreforkRunLauncher
 from lakelog.assets.prefork import WORKER_NAME
+from lakelog.assets.runner_tags import RUNNER_HOST, RUNNER_PID
 from lakelog.procfs import stat_fields
 
 DAGSTER = Path(sys.executable).with_name("dagster")
@@ -173,3 +175,32 @@ def test_a_module_that_cannot_be_preloaded_fails_the_launch_with_its_error(tmp_p
     assert WORKER_TAG not in run.tags and not (tmp_path / "never.json").exists()
     said = output + "".join(e.message or "" for e in instance.all_logs(run.run_id))
     assert "No module named 'no_such_module_for_lakelog'" in said
+
+
+def test_a_run_whose_lakelog_process_died_is_failed_by_run_monitoring(tmp_path):
+    """A run `lakelog run` executes in its own process has no worker of this launcher; once
+    that process is gone (killed) the run can never end by itself, and it holds its pools and
+    the pipeline's run limit: run monitoring's health check reports it failed."""
+    instance = dg.DagsterInstance.from_config(str(instance_home(tmp_path)))
+    gone_process = subprocess.Popen(["true"])
+    gone_process.wait()  # a pid no process has any more
+
+    @dg.op
+    def noop() -> None:
+        pass
+
+    @dg.job
+    def pipeline() -> None:
+        noop()
+
+    def health(**tags: str) -> WorkerStatus:
+        run = instance.create_run_for_job(pipeline, status=dg.DagsterRunStatus.STARTED,
+                                          tags=tags)
+        return instance.run_launcher.check_run_worker_health(run).status
+
+    here = socket.gethostname()
+    assert health(**{RUNNER_HOST: here, RUNNER_PID: str(gone_process.pid)}) == WorkerStatus.FAILED
+    assert health(**{RUNNER_HOST: here, RUNNER_PID: "1"}) == WorkerStatus.RUNNING  # alive
+    assert health(**{RUNNER_HOST: "elsewhere", RUNNER_PID: str(gone_process.pid)}) == (
+        WorkerStatus.RUNNING)  # another host's process: not ours to judge
+    assert health() == WorkerStatus.RUNNING  # launched by a code server

@@ -12,12 +12,13 @@ import pytest
 import yaml
 from shop_records import order, page_view
 
-from lakelog.assets.instance_file import INSTANCE_YAML
+from lakelog.assets.instance_file import EARLIER, INSTANCE_YAML
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.assets.launcher import PreforkRunLauncher
 from lakelog.assets.location import build_definitions
 from lakelog.assets.naming import CATCH_UP_TAG
-from lakelog.assets.runner import RUNNER_HOST, RUNNER_PID, Runner, open_instance
+from lakelog.assets.runner import Runner, open_instance
+from lakelog.assets.runner_tags import RUNNER_HOST, RUNNER_PID
 from lakelog.consumers import lag
 from lakelog.demo.shop import PRODUCT_STATS_CONSUMER, TOPICS
 from lakelog.pipeline import Pipeline
@@ -103,27 +104,42 @@ def test_runs_are_kept_beside_the_lake_unless_dagster_home_says(tmp_path):
 
 
 def test_an_instance_lakelog_makes_forks_its_runs_and_queues_the_next(tmp_path):
-    """A new or empty $DAGSTER_HOME, like the lake's own, gets lakelog's dagster.yaml: what
-    `dagster dev` over it needs to start a requested run within a second or two; a home with
-    Dagster's files but no dagster.yaml (an instance of Dagster's defaults) keeps them."""
-    for home in (tmp_path / "new", tmp_path / "empty"):
-        if home.name == "empty":
-            home.mkdir()
-        instance, _ = open_instance(str(tmp_path / "lake"), {"DAGSTER_HOME": str(home)})
+    """A $DAGSTER_HOME that does not exist yet, like the lake's own folder, gets lakelog's
+    dagster.yaml: what `dagster dev` over it needs to start a requested run within a second or
+    two. The storage-only file lakelog wrote before is replaced. A home that exists (made by
+    the user, perhaps shared by projects) keeps Dagster's defaults, and a dagster.yaml of the
+    user's is left as it is."""
+    def opened(home: Path) -> dg.DagsterInstance:
+        return open_instance(str(tmp_path / "lake"), {"DAGSTER_HOME": str(home)})[0]
+
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "dagster.yaml").write_text(EARLIER)
+    for instance in (opened(tmp_path / "new"), open_instance(str(tmp_path / "lake2"), {})[0],
+                     opened(earlier)):
         assert type(instance.run_launcher) is PreforkRunLauncher
         assert instance.run_coordinator.dequeue_interval_seconds == 1
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
         assert {"key": CATCH_UP_TAG, "limit": 1} in limits
         assert instance.run_retries_enabled and instance.run_monitoring_enabled
         instance.dispose()
+    assert (earlier / "dagster.yaml").read_text() == INSTANCE_YAML.read_text()
 
+    empty = tmp_path / "empty"
+    empty.mkdir()
     used = tmp_path / "used"
     used.mkdir()
     dg.DagsterInstance.from_config(str(used)).dispose()  # Dagster's files, its defaults
-    instance, _ = open_instance(str(tmp_path / "lake"), {"DAGSTER_HOME": str(used)})
-    assert not (used / "dagster.yaml").exists()
-    assert type(instance.run_launcher) is not PreforkRunLauncher
-    instance.dispose()
+    for home in (empty, used):
+        instance = opened(home)
+        assert not (home / "dagster.yaml").exists()
+        assert type(instance.run_launcher) is not PreforkRunLauncher
+        instance.dispose()
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    opened(own).dispose()
+    assert (own / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
 
 
 def test_lakelogs_instance_is_the_deploy_instance_on_sqlite():
