@@ -44,6 +44,7 @@ from pathlib import Path
 import yaml
 from deltalake import DeltaTable
 
+import bench_freshness
 from bench_freshness import BIN, free_port, git, progress
 
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
@@ -69,10 +70,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def environment(work: Path, marker: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKELOG_", "DAGSTER_"))}
-    return {**env, "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "LAKELOG_SPARK_SERVER_PORT": str(free_port()),
-            "LAKELOG_SPARK_SERVER_DIR": str(work / "spark"), "LAKELOG_BENCH_MARKER": marker}
+    """bench_freshness's: a Spark server port and folder of our own, and the marker; no homes
+    (each side's project keeps its lake in ./.lakelog, and its DAGSTER_HOME is set per side)."""
+    env = bench_freshness.environment(work, marker)
+    return {k: v for k, v in env.items() if k not in ("DAGSTER_HOME", "LAKELOG_HOME")}
 
 
 def project(work: Path, name: str, side: str, env: dict[str, str]) -> Path:
@@ -133,15 +134,12 @@ def stop(dev: subprocess.Popen, marker: str) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(dev.pid, signal.SIGKILL)
         dev.wait()
-    needle = f"LAKELOG_BENCH_MARKER={marker}".encode()
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and int(proc.name) != os.getpid() and needle in (
-                    proc / "environ").read_bytes() and b"java" not in (
-                    proc / "cmdline").read_bytes():
-                os.kill(int(proc.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
+    for pid, kind, _, _ in bench_freshness.Sampler(marker).scan():
+        if kind != "jvm" and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # ended meanwhile
 
 
 def measure(side: str, folder: Path, env: dict[str, str], args: argparse.Namespace,

@@ -138,16 +138,16 @@ def vacuum(path: str, load: Callable[[], DeltaTable], fs: pafs.FileSystem, table
                             enforce_retention_duration=False)
 
     done = retried(path, attempt, "it was being vacuumed")
-    deleted = list(dict.fromkeys(_in_table(f, table_fs_path) for f in done))
+    deleted = list(dict.fromkeys(relative_to_table(f, table_fs_path) for f in done))
     known = set(deleted)
-    rest = [f for f in dict.fromkeys(_in_table(f, table_fs_path) for f in planned)
+    rest = [f for f in dict.fromkeys(relative_to_table(f, table_fs_path) for f in planned)
             if f not in known]
     infos = fs.get_file_info([f"{table_fs_path}/{f}" for f in rest])
     return deleted + [
         f for f, info in zip(rest, infos) if info.type == pafs.FileType.NotFound]
 
 
-def _in_table(path: str, table_fs_path: str) -> str:
+def relative_to_table(path: str, table_fs_path: str) -> str:
     """A file of a table as delta-rs reports it (relative to the table, or a full path or URI,
     as a vacuum's retry reports files it found gone), relative to the table."""
     bare = path.split("://", 1)[-1]

@@ -464,3 +464,15 @@ def test_a_version_whose_log_was_forgotten_meanwhile(lake, spark):
                if "_delta_log" not in p.parts}
     assert on_disk == kept
     assert sorted(r.id for r in lake.read(lake.snapshot("t")).collect()) == [0, 1, 2, 3]
+
+
+def test_a_file_delta_rs_reports_is_named_relative_to_its_table():
+    """A vacuum reports files relative to the table, or (its retry) by their full path or URI:
+    `delta_commit.vacuum` names each relative to the table, so that one file is one name."""
+    for reported in ("part-1.parquet", "/data/lake/t/part-1.parquet",
+                     "file:///data/lake/t/part-1.parquet"):
+        assert delta_commit.relative_to_table(reported, "/data/lake/t") == "part-1.parquet"
+    assert delta_commit.relative_to_table(
+        "s3://bucket/lake/t/k=1/part-1.parquet", "bucket/lake/t") == "k=1/part-1.parquet"
+    assert delta_commit.relative_to_table(
+        "/data/lake/other/part-1.parquet", "/data/lake/t") == "/data/lake/other/part-1.parquet"
