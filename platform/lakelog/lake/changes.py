@@ -25,6 +25,7 @@ from pyspark.sql.window import Window
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from lakelog.errors import ChangesUnavailableError
+from lakelog.lake import data_files
 from lakelog.spark import literals
 
 CHANGE_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -80,10 +81,8 @@ def require_files(
 
 
 def _first_gone(fs: pafs.FileSystem, table_fs_path: str, files: Sequence[str]) -> int | None:
-    """The index of the first of `files` (relative to the table) no longer on disk, if any:
-    all looked up in one call."""
-    infos = fs.get_file_info([f"{table_fs_path}/{path}" for path in files])
-    return next((i for i, info in enumerate(infos) if info.type == pafs.FileType.NotFound), None)
+    """The index of the first of `files` (relative to the table) no longer on disk, if any."""
+    return next(iter(data_files.missing(fs, table_fs_path, files)), None)
 
 
 def vacuumed(needed_by: str, path: str) -> ChangesUnavailableError:

@@ -156,6 +156,13 @@ def described(fs: pafs.FileSystem, table_root: str, relative: str) -> AddAction 
     )
 
 
+def missing(fs: pafs.FileSystem, table_root: str, relative_paths: Sequence[str]) -> list[int]:
+    """The indexes of the files of `relative_paths` no longer on disk (a vacuum deleted them):
+    all looked up in one call."""
+    infos = fs.get_file_info([f"{table_root}/{relative}" for relative in relative_paths])
+    return [i for i, info in enumerate(infos) if info.type == pafs.FileType.NotFound]
+
+
 def delete(fs: pafs.FileSystem, table_root: str, relative_paths: Sequence[str]) -> None:
     for relative in relative_paths:
         try:

@@ -21,6 +21,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from lakelog.errors import ChangesUnavailableError, ConcurrentWriteError
+from lakelog.lake import data_files
 from lakelog.lake.base import AppTxn, DataFile
 from lakelog.lake.changes import log_actions
 from lakelog.lake.delta_snapshot import DeltaSnapshot
@@ -142,9 +143,7 @@ def vacuum(path: str, load: Callable[[], DeltaTable], fs: pafs.FileSystem, table
     known = set(deleted)
     rest = [f for f in dict.fromkeys(relative_to_table(f, table_fs_path) for f in planned)
             if f not in known]
-    infos = fs.get_file_info([f"{table_fs_path}/{f}" for f in rest])
-    return deleted + [
-        f for f, info in zip(rest, infos) if info.type == pafs.FileType.NotFound]
+    return deleted + [rest[i] for i in data_files.missing(fs, table_fs_path, rest)]
 
 
 def relative_to_table(path: str, table_fs_path: str) -> str:
