@@ -209,6 +209,10 @@ def server_lost(exc: BaseException) -> bool:
     if exc.getCondition() in ("INVALID_HANDLE.SESSION_CHANGED", "INVALID_HANDLE.SESSION_NOT_FOUND",
                               "RETRIES_EXCEEDED", "NO_ACTIVE_SESSION"):
         return True
+    if not isinstance(exc, SparkConnectGrpcException):
+        return False
     code = getattr(exc, "_grpc_status_code", None)  # no public getter before pyspark 4.1
-    return isinstance(exc, SparkConnectGrpcException) and code is not None and (
-        code.name == "UNAVAILABLE")
+    if code is None:  # pyspark 4.0 keeps only the message; the gRPC error is its context
+        call = exc.__context__
+        code = call.code() if callable(getattr(call, "code", None)) else None
+    return code is not None and getattr(code, "name", None) == "UNAVAILABLE"
