@@ -158,7 +158,8 @@ class PreforkRunLauncher(DefaultRunLauncher):
             "preload_modules": dg.Field(
                 [str], is_required=False, default_value=list(PRELOAD),
                 description="Modules the prefork server imports before forking run workers: "
-                            "third-party packages (the code location is imported by each run)."),
+                            "third-party packages and lakelog's own (the code location is imported "
+                            "by each run)."),
             "start_timeout_seconds": dg.Field(
                 int, is_required=False, default_value=120,
                 description="How long a launch waits for a new prefork server to preload."),

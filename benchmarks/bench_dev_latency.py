@@ -11,8 +11,14 @@ The sides differ only in the project's ``.lakelog/dagster/dagster.yaml``:
 
 - ``lakelog``: the one `lakelog init` writes (`lakelog.assets.instance_file`: the prefork run
   launcher, a run queue looked at every second, one pipeline run at a time with the next queued);
+- ``third-party-preload``: the same, but its prefork server preloads the third-party packages
+  only, as before lakelog's own modules joined them (each run imported lakelog itself);
 - ``storage-only``: lakelog's SQLite storage alone, as lakelog wrote it before (Dagster's
   default launcher, which spawns each run, its run queue looked at every 5 s, no run limits).
+
+Besides the latencies, each side reports how long its runs took from the daemon's launch
+(Dagster's ``RUN_STARTING`` event) to their first step's start: what the launcher and the run's
+imports cost.
 
 Every side uses one Spark server (`lakelog spark start` on a free port and a folder of its own,
 never the user's 15002), started before the first. A warm-up file first (its latency reported
@@ -48,8 +54,9 @@ import bench_freshness
 from bench_freshness import BIN, free_port, git, progress
 
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
+from lakelog.assets.prefork import PRELOAD
 
-SIDES = ("lakelog", "storage-only")
+SIDES = ("lakelog", "third-party-preload", "storage-only")
 VIEW = Path(".lakelog", "views", "actions_per_hour")
 LANDING = Path(".lakelog", "landing", "events")
 
@@ -82,10 +89,33 @@ def project(work: Path, name: str, side: str, env: dict[str, str]) -> Path:
     subprocess.run([str(BIN / "lakelog"), "init", name], cwd=work, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     folder = work / name
+    instance_yaml = folder / ".lakelog" / "dagster" / "dagster.yaml"
     if side == "storage-only":
-        (folder / ".lakelog" / "dagster" / "dagster.yaml").write_text(
-            yaml.safe_dump({"storage": storage_config(FROM_DAGSTER_HOME)}))
+        instance_yaml.write_text(yaml.safe_dump({"storage": storage_config(FROM_DAGSTER_HOME)}))
+    elif side == "third-party-preload":
+        config = yaml.safe_load(instance_yaml.read_text())
+        config["run_launcher"]["config"] = {
+            "preload_modules": [m for m in PRELOAD if not m.startswith("lakelog")]}
+        instance_yaml.write_text(yaml.safe_dump(config))
     return folder
+
+
+def launch_to_first_step(home: Path) -> list[float]:
+    """Per run of the instance at `home`, seconds from its launch to its first step's start."""
+    import dagster as dg
+
+    kinds = (dg.DagsterEventType.RUN_STARTING, dg.DagsterEventType.STEP_START)
+    os.environ["DAGSTER_HOME"] = str(home)  # its storage's folder is read from there
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        seconds = []
+        for run in reversed(instance.get_runs()):  # oldest first
+            stamps: dict[dg.DagsterEventType, list[float]] = {}
+            for entry in instance.all_logs(run.run_id, of_type=set(kinds)):
+                stamps.setdefault(entry.dagster_event.event_type, []).append(entry.timestamp)
+            launched, steps = (stamps.get(kind) for kind in kinds)
+            if launched and steps:
+                seconds.append(round(min(steps) - min(launched), 3))
+    return seconds
 
 
 def land(folder: Path, k: int, events: int, start: datetime) -> int:
@@ -163,8 +193,10 @@ def measure(side: str, folder: Path, env: dict[str, str], args: argparse.Namespa
     finally:
         stop(dev, marker)
         log.close()
+    starts = launch_to_first_step(folder / ".lakelog" / "dagster")
     return {"warm_up_s": round(first, 2), "latencies_s": latencies,
-            "median_s": round(statistics.median(latencies), 2), "max_s": max(latencies)}
+            "median_s": round(statistics.median(latencies), 2), "max_s": max(latencies),
+            "launch_to_first_step_s": starts}
 
 
 def main() -> None:
@@ -190,7 +222,11 @@ def main() -> None:
     summary = {side: {"median_s": round(statistics.median(
                           [x for run in runs for x in run["latencies_s"]]), 2),
                       "max_s": max(x for run in runs for x in run["latencies_s"]),
-                      "warm_up_s": [run["warm_up_s"] for run in runs]}
+                      "warm_up_s": [run["warm_up_s"] for run in runs],
+                      # the first run of each round (the prefork server's start) left out
+                      "launch_to_first_step_median_s": round(statistics.median(
+                          [x for run in runs for x in run["launch_to_first_step_s"][1:]]
+                          or [float("nan")]), 3)}
                for side, runs in results.items()}
     print(json.dumps({"config": config, "summary": summary, "rounds": results}, indent=2))
 
