@@ -10,8 +10,9 @@ Only the modules it is told to preload are imported before forking: by default (
 third-party packages and lakelog's own engine and asset factories (`lakelog.assets.location`,
 0.4 s a run). The code location — the user's pipeline, its definitions module — is imported by
 each worker, so a run launched after a reload of the code location runs the new code. A package
-upgraded (or lakelog edited) while the server runs is seen after a restart of the process that
-launched it (the daemon), as with any preloading server.
+upgraded (or lakelog edited) while the server runs needs a restart of the process that launched
+it (the daemon), as with any preloading server: until then runs start from the modules preloaded,
+and one that imports a changed module later may mix old code with new.
 
 Protocol, over a Unix socket in a directory only its user can enter: the launcher connects and
 sends one line, `dagster api execute_run`'s serialized arguments; the server forks a supervisor,

@@ -85,7 +85,8 @@ def environment(work: Path, marker: str) -> dict[str, str]:
 
 def project(work: Path, name: str, side: str, env: dict[str, str]) -> Path:
     """A `lakelog init` project; on the storage-only side, its instance file as lakelog wrote
-    it before."""
+    it before; on the third-party-preload side, lakelog's with the prefork server's preloads
+    as they were before lakelog's own modules joined them."""
     subprocess.run([str(BIN / "lakelog"), "init", name], cwd=work, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     folder = work / name
@@ -225,8 +226,8 @@ def main() -> None:
                       "warm_up_s": [run["warm_up_s"] for run in runs],
                       # the first run of each round (the prefork server's start) left out
                       "launch_to_first_step_median_s": round(statistics.median(
-                          [x for run in runs for x in run["launch_to_first_step_s"][1:]]
-                          or [float("nan")]), 3)}
+                          [x for run in runs for x in run["launch_to_first_step_s"][1:]]), 3)
+                      if any(run["launch_to_first_step_s"][1:] for run in runs) else None}
                for side, runs in results.items()}
     print(json.dumps({"config": config, "summary": summary, "rounds": results}, indent=2))
 
