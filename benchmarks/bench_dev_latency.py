@@ -200,6 +200,17 @@ def measure(side: str, folder: Path, env: dict[str, str], args: argparse.Namespa
             "launch_to_first_step_s": starts}
 
 
+def summarized(runs: list[dict]) -> dict:
+    """A side's rounds together; its launch-to-first-step median without each round's first run
+    (the prefork server's start), or None if no other run was timed."""
+    latencies = [x for run in runs for x in run["latencies_s"]]
+    starts = [x for run in runs for x in run["launch_to_first_step_s"][1:]]
+    return {"median_s": round(statistics.median(latencies), 2), "max_s": max(latencies),
+            "warm_up_s": [run["warm_up_s"] for run in runs],
+            "launch_to_first_step_median_s": round(statistics.median(starts), 3)
+            if starts else None}
+
+
 def main() -> None:
     args = parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lakelog-dev-latency-"))
@@ -220,15 +231,7 @@ def main() -> None:
                 results[side].append(measure(side, folder, env, args, marker))
     finally:
         subprocess.run([str(BIN / "lakelog"), "spark", "stop"], env=env, stdout=sys.stderr)
-    summary = {side: {"median_s": round(statistics.median(
-                          [x for run in runs for x in run["latencies_s"]]), 2),
-                      "max_s": max(x for run in runs for x in run["latencies_s"]),
-                      "warm_up_s": [run["warm_up_s"] for run in runs],
-                      # the first run of each round (the prefork server's start) left out
-                      "launch_to_first_step_median_s": round(statistics.median(
-                          [x for run in runs for x in run["launch_to_first_step_s"][1:]]), 3)
-                      if any(run["launch_to_first_step_s"][1:] for run in runs) else None}
-               for side, runs in results.items()}
+    summary = {side: summarized(runs) for side, runs in results.items()}
     print(json.dumps({"config": config, "summary": summary, "rounds": results}, indent=2))
 
 

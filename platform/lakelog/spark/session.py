@@ -215,4 +215,4 @@ def server_lost(exc: BaseException) -> bool:
     if code is None:  # pyspark 4.0 keeps only the message; the gRPC error is its context
         call = exc.__context__
         code = call.code() if callable(getattr(call, "code", None)) else None
-    return code is not None and getattr(code, "name", None) == "UNAVAILABLE"
+    return getattr(code, "name", None) == "UNAVAILABLE"
