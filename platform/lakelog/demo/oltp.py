@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from lakelog.cdc.source_tables import SourceColumn, SourceTable
-from lakelog.demo.workload import ADJECTIVES, NOUNS
+from lakelog.demo.sessions import ADJECTIVES, NOUNS
 from lakelog.errors import ConfigError
 
 Dialect = Literal["sqlite", "postgres"]

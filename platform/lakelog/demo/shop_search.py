@@ -16,8 +16,9 @@ import random
 
 from pyspark.sql import types as T
 
+from lakelog.demo.sessions import ADJECTIVES, NOUNS
 from lakelog.demo.shop_cdc import CHANGELOGS
-from lakelog.demo.workload import ADJECTIVES, NOUNS, land_file
+from lakelog.demo.workload import land_file
 from lakelog.log.topics import Topic
 from lakelog.search import Condition, Percolator
 
