@@ -41,24 +41,41 @@ def test_topic_suite_finds_damage_in_a_written_topic(lake, spark):
     lake.write(lake.snapshot(topic.path), damage)
     [damaged] = validate(lake.read(lake.snapshot(topic.path)), [topic_suite(topic)])
     assert damaged.blocking and damaged.suite == names.TOPIC_CHECK
-    assert len(damaged.results) == len(topic.table_schema.fields) + 5  # the rest passed
+    assert len(damaged.results) == len(topic.table_schema.fields) + 4  # the rest passed
     found = failed(damaged)
-    assert set(found) == {
-        "expect_column_values_to_not_be_null", "expect_compound_columns_to_be_unique",
-        "expect_no_unexpected_rows",
-    }
+    assert set(found) == {"expect_column_values_to_not_be_null", "expect_no_unexpected_rows"}
     assert found["expect_column_values_to_not_be_null"].arguments == {"column": "key"}
     assert found["expect_column_values_to_not_be_null"].unexpected_sample == (
         {"partition": row.partition, "offset": 0, "key": None},
     )
-    duplicate = found["expect_compound_columns_to_be_unique"]
-    assert duplicate.unexpected_count == 2
-    assert {"partition": row.partition, "offset": 0} in duplicate.unexpected_sample
-    gap = found["expect_no_unexpected_rows"]
-    assert gap.unexpected_count == 1 and gap.success is False
-    assert gap.unexpected_sample == (
+    offsets = found["expect_no_unexpected_rows"]  # the repeated offset, then the gap
+    assert offsets.unexpected_count == 2 and offsets.success is False
+    assert sorted(offsets.unexpected_sample, key=lambda r: r["offset"]) == [
+        {"partition": row.partition, "previous_offset": 0, "offset": 0},
         {"partition": row.partition, "previous_offset": head - 1, "offset": head + 2},
-    )
+    ]
+
+
+def test_offsets_appended_after_a_check_are_unique_and_follow_it(spark):
+    """The suite of rows appended since a check: a new offset that repeats another new one,
+    one at or before the last checked, and one after a gap are each found."""
+    topic = TOPICS["page_views"]
+    fields = topic.table_schema.fieldNames()
+
+    def rows(*offsets):
+        return spark.createDataFrame(
+            [{**dict.fromkeys(fields), "partition": p, "offset": o, "key": "k",
+              "event_id": f"e{p}-{o}"} for p, o in offsets], topic.table_schema)
+
+    suite = topic_suite(topic, checked={0: 5, 1: 3})  # heads: offsets 0-4 and 0-2 checked
+    [sound] = validate(rows((0, 5), (0, 6), (1, 3)), [suite])
+    assert sound.success, failed(sound)
+    [damaged] = validate(rows((0, 5), (0, 6), (0, 6), (1, 2), (1, 3), (1, 5)), [suite])
+    found = failed(damaged)
+    assert set(found) == {"expect_no_unexpected_rows"}
+    assert sorted((r["partition"], r["offset"]) for r in
+                  found["expect_no_unexpected_rows"].unexpected_sample) == [
+        (0, 6), (1, 2), (1, 5)]  # a repeat; one checked already; one after a gap
 
 
 def test_compacted_topic_suite_allows_gaps():
