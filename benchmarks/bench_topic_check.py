@@ -1,12 +1,13 @@
 """A topic's blocking check (`log_integrity`): offsets unique and contiguous in one query,
-against GX's compound-unique expectation beside the contiguity query (the suite before the
-thirty-eighth session).
+against GX's compound-unique expectation beside the contiguity query (the suite before b518ece).
 
 The demo's `page_views` topic is written as a Delta table of ``--rows`` records (four log
-partitions, contiguous offsets) on one session; each repetition validates the table, read as the
-check reads it, with both suites, alternating which goes first. Both pass. A frame over
-`lakelog.quality.scope.SMALL_BYTES` is cached for the validation, as the check caches it. Per
-size and suite: the median (the first repetition left out) and every wall time.
+partitions, contiguous offsets) on one session; each repetition validates the whole table, read
+as the check reads it, with both suites, alternating which goes first (the whole-table query: a
+check of the rows added since the last one that passed joins its query with the heads checked).
+Both pass. A frame over `lakelog.quality.scope.SMALL_BYTES` is cached for the validation, as the
+check caches it. Per size and suite: the median (the first repetition left out) and every wall
+time.
 
     python benchmarks/bench_topic_check.py --mode connect --rows 2000 50000 > topic_check.json
 """
@@ -96,6 +97,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--port", type=int, default=15191, help="the benchmark's Connect server")
     args = parser.parse_args()
+    if args.repeats < 2:
+        parser.error("--repeats must be at least 2: the first repetition is left out")
     root = Path(tempfile.mkdtemp(prefix="bench-topic-check-"))
     server = None
     if args.mode == "connect":

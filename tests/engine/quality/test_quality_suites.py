@@ -58,7 +58,7 @@ def test_topic_suite_finds_damage_in_a_written_topic(lake, spark):
 
 def test_offsets_appended_after_a_check_are_unique_and_follow_it(spark):
     """The suite of rows appended since a check: a new offset that repeats another new one,
-    one at or before the last checked, and one after a gap are each found."""
+    one at or before the last checked, one after a gap and null ones are each found."""
     topic = TOPICS["page_views"]
     fields = topic.table_schema.fieldNames()
 
@@ -70,12 +70,25 @@ def test_offsets_appended_after_a_check_are_unique_and_follow_it(spark):
     suite = topic_suite(topic, checked={0: 5, 1: 3})  # heads: offsets 0-4 and 0-2 checked
     [sound] = validate(rows((0, 5), (0, 6), (1, 3)), [suite])
     assert sound.success, failed(sound)
-    [damaged] = validate(rows((0, 5), (0, 6), (0, 6), (1, 2), (1, 3), (1, 5)), [suite])
+    [damaged] = validate(rows((0, 5), (0, 6), (0, 6), (0, None), (0, None), (1, 1), (1, 2),
+                              (1, 3), (1, 5)), [suite])
     found = failed(damaged)
     assert set(found) == {"expect_no_unexpected_rows"}
-    assert sorted((r["partition"], r["offset"]) for r in
-                  found["expect_no_unexpected_rows"].unexpected_sample) == [
-        (0, 6), (1, 2), (1, 5)]  # a repeat; one checked already; one after a gap
+    assert sorted(((r["partition"], r["offset"]) for r in
+                   found["expect_no_unexpected_rows"].unexpected_sample),
+                  key=lambda r: (r[0], -1 if r[1] is None else r[1])) == [
+        (0, None), (0, None), (0, 6), (1, 1), (1, 2), (1, 5)]
+    # two null; a repeat; two at or before the last checked offset (2); one after a gap
+
+
+def test_only_topics_whose_gaps_are_allowed_check_uniqueness_apart():
+    """Compacted topics and topics with erased records have no contiguity query, so GX's
+    compound-unique expectation checks their offsets; other topics' query finds repeats."""
+    unique = "expect_compound_columns_to_be_unique"
+    changelog = next(iter(COMPACTED.values())).topic
+    for suite in (topic_suite(changelog), topic_suite(TOPICS["page_views"], erased=True)):
+        assert unique in {e.expectation_type for e in suite.expectations}
+    assert unique not in {e.expectation_type for e in topic_suite(TOPICS["orders"]).expectations}
 
 
 def test_compacted_topic_suite_allows_gaps():
