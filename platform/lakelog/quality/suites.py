@@ -66,15 +66,17 @@ def gx_column_names(schema: StructType, parent: str = "") -> list[str]:
     return names
 
 
-#: The rows whose offset does not follow the one before it in its log partition: one after a
+#: A row whose offset does not follow the one before it in its log partition: one after a
 #: gap, a repeat of the one before (equal offsets sort next to each other), or none at all.
+NOT_FOLLOWING = "`offset` > previous_offset + 1 OR `offset` = previous_offset OR `offset` IS NULL"
+
+#: The rows of the frame (GX's ``{batch}``) whose offset does not follow (`NOT_FOLLOWING`).
 CONTIGUOUS_OFFSETS = """
 SELECT `partition`, previous_offset, `offset` FROM (
     SELECT `partition`, `offset`,
            lag(`offset`) OVER (PARTITION BY `partition` ORDER BY `offset`) AS previous_offset
     FROM {batch}
-) WHERE `offset` > previous_offset + 1 OR `offset` = previous_offset OR `offset` IS NULL
-"""
+) WHERE """ + NOT_FOLLOWING + "\n"
 
 
 #: `CONTIGUOUS_OFFSETS` for rows appended after rows already checked: per log partition, the
@@ -87,9 +89,7 @@ SELECT `partition`, previous_offset, `offset` FROM (
                c.last_checked) AS previous_offset
     FROM {{batch}} b LEFT JOIN (VALUES {checked}) AS c(`partition`, last_checked)
          ON b.`partition` = c.`partition`
-) WHERE `offset` > previous_offset + 1 OR `offset` = previous_offset OR `offset` IS NULL
-     OR `offset` <= last_checked
-"""
+) WHERE """ + NOT_FOLLOWING + " OR `offset` <= last_checked\n"
 
 
 def topic_suite(
