@@ -26,14 +26,14 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from bench_common import bytecode
+from bench_pipeline import open_spark
 from lakelog.demo.shop import TOPICS
 from lakelog.lake import EmbeddedLake
 from lakelog.quality.rows import ExpectNoUnexpectedRows
 from lakelog.quality.scope import SMALL_BYTES
 from lakelog.quality.suites import Suite, _unique, topic_suite
 from lakelog.quality.validate import validate
-from lakelog.spark.server import ServerConfig, ensure_running, stop
-from lakelog.spark.session import create_session
+from lakelog.spark.server import stop
 
 TOPIC = TOPICS["page_views"]
 #: The contiguity query as it was before, gaps only: uniqueness was GX's expectation.
@@ -95,18 +95,14 @@ def main() -> None:
     parser.add_argument("--mode", choices=("classic", "connect"), default="connect")
     parser.add_argument("--rows", type=int, nargs="+", default=[2000, 50000])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--memory", default="4g")
     parser.add_argument("--port", type=int, default=15191, help="the benchmark's Connect server")
     args = parser.parse_args()
     if args.repeats < 2:
         parser.error("--repeats must be at least 2: the first repetition is left out")
     root = Path(tempfile.mkdtemp(prefix="bench-topic-check-"))
-    server = None
-    if args.mode == "connect":
-        server = ServerConfig(port=args.port, master="local[2]", state_dir=root / "server")
-        ensure_running(server)
-        spark = create_session(remote=server.url, app_name="bench-topic-check")
-    else:
-        spark = create_session(master="local[2]", app_name="bench-topic-check")
+    spark, server = open_spark(args.mode, args, root / "server")
     try:
         lake = EmbeddedLake(spark, str(root / "lake"))
         out = {"mode": args.mode, "bytecode": bytecode(), "sizes": {}}
