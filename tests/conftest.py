@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from processes import TEST_SERVER
+from processes import TEST_SERVER, write_class_archive
 
 from lakelog.lake import EmbeddedLake
 from lakelog.spark.server import status, stop
@@ -47,7 +47,14 @@ def pytest_collection_modifyitems(config, items):
 def pytest_sessionstart(session):
     # A test Spark server already running belongs to another test run on this port: not ours
     # to stop (LAKELOG_TEST_SPARK_PORT gives concurrent runs servers of their own).
-    session.config.stash[_FOREIGN_SERVER] = status(TEST_SERVER).alive
+    foreign = status(TEST_SERVER).alive
+    session.config.stash[_FOREIGN_SERVER] = foreign
+    if not foreign and not hasattr(session.config, "workerinput"):
+        # Before the workers start: the servers the tests start then map the classes.
+        written = write_class_archive(TEST_SERVER)
+        if written is not None:
+            session.config.get_terminal_writer().line(
+                f"wrote the test Spark servers' class archive {written}")
 
 
 def pytest_sessionfinish(session):
