@@ -10,6 +10,7 @@ by whichever process needs it first, stopped when the test run ends.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from datetime import datetime, timezone
@@ -22,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from processes import TEST_SERVER, write_class_archive
 
 from lakelog.lake import EmbeddedLake
-from lakelog.spark.server import status, stop
+from lakelog.spark.server import ServerError, status, stop
 from lakelog.spark.session import create_session, open_session
 
 _FOREIGN_SERVER = pytest.StashKey[bool]()
@@ -49,12 +50,19 @@ def pytest_sessionstart(session):
     # to stop (LAKELOG_TEST_SPARK_PORT gives concurrent runs servers of their own).
     foreign = status(TEST_SERVER).alive
     session.config.stash[_FOREIGN_SERVER] = foreign
-    if not foreign and not hasattr(session.config, "workerinput"):
-        # Before the workers start: the servers the tests start then map the classes.
+    if foreign or hasattr(session.config, "workerinput") or session.config.option.collectonly:
+        return
+    # Before the workers start: the servers the tests start then map the classes. A server
+    # that cannot start or ingest here is left for the tests that need one to report.
+    say = session.config.get_terminal_writer().line
+    try:
         written = write_class_archive(TEST_SERVER)
-        if written is not None:
-            session.config.get_terminal_writer().line(
-                f"wrote the test Spark servers' class archive {written}")
+    except (ServerError, subprocess.SubprocessError) as exc:
+        detail = (getattr(exc, "stderr", None) or "").strip().splitlines()[-1:]
+        say(f"could not write the test Spark servers' class archive: {exc} {' '.join(detail)}")
+        return
+    if written is not None:
+        say(f"wrote the test Spark servers' class archive {written}")
 
 
 def pytest_sessionfinish(session):

@@ -90,8 +90,8 @@ def write_class_archive(config: ServerConfig = TEST_SERVER) -> Path | None:
     final = class_archive.archive(config.class_archives) if config.class_archives else None
     if final is None or final.exists():
         return None
-    ensure_running(config)
     try:
+        ensure_running(config)
         with tempfile.TemporaryDirectory(prefix="lakelog-class-archive-") as folder:
             records = Path(folder, "views.ndjson")
             records.write_text("".join(json.dumps({
