@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -99,6 +100,13 @@ def bytecode() -> dict[str, Any]:
 
     return {"site_packages": cached("dagster"), "lakelog": cached("lakelog"),
             "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", "")}
+
+
+def free_port() -> int:
+    """A free TCP port on loopback, for a server of the benchmark's own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def machine_jiffies() -> tuple[int, int]:

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 
+from bench_common import free_port
 from lakelog.assets import prefork
 from lakelog.assets.executor import STEPS_VARIABLE
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
@@ -79,12 +79,6 @@ Hit = tuple[float, int]  # when a table first reflected a set, and its Delta ver
 
 def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- what a user starts, and watching it ---------------------------------------------------
