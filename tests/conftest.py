@@ -56,9 +56,12 @@ def pytest_sessionstart(session):
     # that cannot start or ingest here is left for the tests that need one to report.
     say = session.config.get_terminal_writer().line
     try:
-        written = write_class_archive(TEST_SERVER)
+        written = write_class_archive()
     except (ServerError, subprocess.SubprocessError) as exc:
-        detail = (getattr(exc, "stderr", None) or "").strip().splitlines()[-1:]
+        stderr = getattr(exc, "stderr", None) or ""  # a timeout's is bytes, even with text=True
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
+        detail = stderr.strip().splitlines()[-1:]
         say(f"could not write the test Spark servers' class archive: {exc} {' '.join(detail)}")
         return
     if written is not None:

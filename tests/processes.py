@@ -74,24 +74,24 @@ def stop_group(process: subprocess.Popen, *, timeout: float = 30) -> None:
         process.wait()
 
 
-def write_class_archive(config: ServerConfig = TEST_SERVER) -> Path | None:
-    """Start and stop the server of `config` once, so that it writes the class archive of this
-    installation (`lakelog.spark.class_archive`), if its folder has none; the archive written,
-    else None. The server must not be running.
+def write_class_archive() -> Path | None:
+    """Start and stop the test Spark server once, so that it writes the class archive of this
+    installation (`lakelog.spark.class_archive`), if `TEST_ARCHIVES` has none; the archive
+    written, else None. The server must not be running.
 
     Every server started without an archive loads its classes from the jars and writes an
-    archive of ~200 MB as it stops; with one, it maps them. Measured alone on 2 cores: 13-15 s
-    to start and 17-20 s to stop without, 4 s and 1 s with. A new virtual environment (every
-    CI run) has none, and a test run starts several servers at once (its own, and those of the
-    tests of servers, faults and clusters): each would pay both, on two busy cores. The server
-    ingests a few records here, as a user's first one does, so that the archive holds the
-    classes of a log write too.
+    archive of ~200 MB as it stops; with one, it maps them (benchmarks/bench_class_archive.py,
+    2 cores: 14.5 s to start and 19.1 s to stop without, 4.3 s and 0.6 s with). A new virtual
+    environment (every CI run) has none, and a test run starts several servers at once (its
+    own, and those of the tests of servers, faults and clusters): each would pay both, on two
+    busy cores. The server ingests a few records here, as a user's first one does, so that the
+    archive holds the classes of a log write too.
     """
-    final = class_archive.archive(config.class_archives) if config.class_archives else None
+    final = class_archive.archive(TEST_ARCHIVES)
     if final is None or final.exists():
         return None
     try:
-        ensure_running(config)
+        ensure_running(TEST_SERVER)
         with tempfile.TemporaryDirectory(prefix="lakelog-class-archive-") as folder:
             records = Path(folder, "views.ndjson")
             records.write_text("".join(json.dumps({
@@ -105,5 +105,5 @@ def write_class_archive(config: ServerConfig = TEST_SERVER) -> Path | None:
                  "--home", str(Path(folder, "lake"))],
                 env=subprocess_env(), capture_output=True, text=True, timeout=300, check=True)
     finally:
-        stop(config)
+        stop(TEST_SERVER)
     return final if final.exists() else None
