@@ -133,7 +133,10 @@ def test_a_session_closed_for_a_replaced_server_is_a_lost_server(server_env):
 
 
 @pytest.mark.slow
-def test_a_server_that_cannot_bind_is_a_clear_error_with_its_log(server_env):
+def test_a_server_that_cannot_bind_is_a_clear_error_with_its_log(server_env, tmp_path):
+    """With no class archive yet, the one the server wrote as it exited (of the few classes it
+    loaded) is removed, not left for the next server of the port."""
+    server_env["LAKELOG_SPARK_SERVER_CLASS_ARCHIVES"] = str(tmp_path / "archives")
     config = ServerConfig.from_environment(server_env)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", config.port))
@@ -142,6 +145,7 @@ def test_a_server_that_cannot_bind_is_a_clear_error_with_its_log(server_env):
             ensure_running(config, timeout=120)
     assert config.file("log").name in str(caught.value)
     assert not status(config).alive
+    assert list((tmp_path / "archives").iterdir()) == []  # no archive, kept or pending
 
 
 #: In a process of its own, on the test server: opening the session again, and a lake on it,

@@ -303,7 +303,12 @@ def ensure_running(config: ServerConfig, *, timeout: float = 180.0) -> ServerSta
         if found.alive:
             return _wait_until_answering(config, timeout)
         sharing = _spawn(config)
-        started = _wait_until_answering(config, timeout)
+        try:
+            started = _wait_until_answering(config, timeout)
+        except ServerError:
+            if server_pid(config) is None:  # it exited while starting: an archive of its
+                class_archive.keep(sharing, ended_of_itself=False)  # few classes, not kept
+            raise
         if started.pid is not None:
             class_archive.forget_if_unmapped(sharing, started.pid)
         return started
