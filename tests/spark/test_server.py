@@ -269,8 +269,10 @@ def test_a_server_keeps_its_classes_for_the_next_one_to_map(server_env, tmp_path
         assert final.exists() and final.stat().st_size > 0
         assert not class_archive.pending(final, config.port).exists()
 
+        os.utime(final, (1e9, 1e9))  # written long ago: mapping it marks it as in use
         second = ensure_running(config)
         assert f"-XX:SharedArchiveFile={final}" in server_java_options(second.pid)
+        assert final.stat().st_mtime > time.time() - 600
         maps = Path(f"/proc/{second.pid}/maps").read_text()
         assert str(final.resolve()) in maps  # the JVM took it: its classes are mapped
         log = config.file("log").read_text()
@@ -304,6 +306,31 @@ def test_an_archive_of_a_server_that_was_killed_is_not_kept(tmp_path):
     written.write_bytes(b"whole")
     assert class_archive.keep(options, ended_of_itself=True) == class_archive.archive(tmp_path)
     assert class_archive.archive(tmp_path).read_bytes() == b"whole"
+
+
+def test_archives_no_server_started_on_for_a_while_go_when_a_new_one_is_kept(tmp_path):
+    """Each installation leaves an archive of its own; those unused for `UNUSED_DAYS` are
+    removed when a server keeps a new one, not the recently used, nor other files."""
+    old = tmp_path / "spark-4.1.1-aaaaaaaaaaaa.jsa"  # another installation's, unused
+    recent = tmp_path / "spark-4.2.0-bbbbbbbbbbbb.jsa"
+    other = tmp_path / "notes.txt"
+    for path in (old, recent, other):
+        path.write_bytes(b"x")
+    days_ago = time.time() - (class_archive.UNUSED_DAYS + 1) * 86400
+    os.utime(old, (days_ago, days_ago))
+    os.utime(other, (days_ago, days_ago))
+    stale_pending = class_archive.pending(old, 16001)
+    stale_pending.write_bytes(b"a server's of another port, written as it exits")
+    os.utime(stale_pending, (days_ago, days_ago))
+
+    options = class_archive.java_options(tmp_path, 16000, "")
+    written = class_archive.pending(class_archive.archive(tmp_path), 16000)
+    written.write_bytes(b"whole")
+    os.utime(written, (days_ago, days_ago))  # even if its server ran for weeks: kept
+    final = class_archive.keep(options, ended_of_itself=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [final.name, recent.name, other.name, stale_pending.name])
+    assert class_archive.prune(tmp_path, final) == []  # nothing more to remove
 
 
 def test_an_archive_the_jvm_turned_down_is_removed(tmp_path):

@@ -15,6 +15,12 @@ was written with, and runs without it otherwise; one it turned down is removed o
 answers (`forget_if_unmapped`), so the next server writes a new one. The JVM's messages about
 classes it cannot archive are left out of the server log.
 
+Each installation leaves its own archive (~200 MB), and a venv made again or a pyspark upgraded
+leaves the old one unused. An archive a server maps is touched then (its modification time is
+the last time a server started on it); when a server keeps a new archive, the folder's archives
+no server has started on for `UNUSED_DAYS` are removed (`prune`). An installation whose archive
+went writes a new one at its next server's stop, as a new installation does.
+
 Measured on 2 cores (docs/spark.md): a server answered after 4.5-5.1 s instead of 6.5-6.6 s;
 `lakelog demo --events 2000 --batches 1` on a stopped server took 41.8-45.5 s instead of
 47.9-50.1 s. The server that writes the archive pays for it in its first minute (the 100,000-event
@@ -26,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pyspark
@@ -38,6 +45,9 @@ USER_CHOICES = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")
 #: The JVM's messages about classes it does not archive (signed jars, old class files), which
 #: would fill the server log at every exit and start.
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+#: An archive no server has started on for this many days is removed when a server keeps a new
+#: one in its folder.
+UNUSED_DAYS = 14
 
 
 def _java() -> Path | None:
@@ -100,7 +110,8 @@ def writes(options: list[str]) -> bool:
 def forget_if_unmapped(options: list[str], pid: int) -> bool:
     """After a server started with `options` answers: if it was to map an archive and its
     memory map shows none, the JVM turned it down (another class path or JVM; its message is
-    off), so remove it: the next server writes a new one. True if removed."""
+    off), so remove it: the next server writes a new one. True if removed. An archive the
+    server mapped is touched: in use (`prune`)."""
     mapped = _flag(options, "SharedArchiveFile")
     maps = Path(f"/proc/{pid}/maps")
     if mapped is None or not maps.exists():
@@ -110,9 +121,29 @@ def forget_if_unmapped(options: list[str], pid: int) -> bool:
     except OSError:  # the process is gone: nothing learnt
         return False
     if mapped in shown or str(Path(mapped).resolve()) in shown:
+        try:
+            os.utime(mapped)
+        except OSError:  # another user's archive, a read-only folder: left as it is
+            pass
         return False
     Path(mapped).unlink(missing_ok=True)
     return True
+
+
+def prune(directory: Path, kept: Path, *, now: float | None = None) -> list[Path]:
+    """Remove the archives in `directory` but `kept` that no server has started on for
+    `UNUSED_DAYS` (by their modification time: written, or last mapped); the paths removed.
+    Only archives are looked at (``spark-*.jsa``), not a server's pending file."""
+    cutoff = (time.time() if now is None else now) - UNUSED_DAYS * 86400
+    removed = []
+    for path in directory.glob("spark-*.jsa"):
+        try:
+            if path != kept and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+        except OSError:  # gone already, or not ours to remove
+            continue
+    return removed
 
 
 def keep(options: list[str], *, ended_of_itself: bool) -> Path | None:
@@ -127,4 +158,5 @@ def keep(options: list[str], *, ended_of_itself: bool) -> Path | None:
         return None
     final = written.with_name(written.name.rsplit(".", 2)[0])
     os.replace(written, final)  # atomic: a server starting now maps all of it or none
+    prune(final.parent, final)
     return final
