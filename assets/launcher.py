@@ -8,7 +8,8 @@ Configured in the instance's ``dagster.yaml`` (deploy/dagster.yaml does)::
 
 `launch_run` hands the run to the prefork server (`lakelog.assets.prefork`) of the code
 location's Python, which the launcher starts on its first launch (in the daemon, which launches
-queued runs) and which ends with it. The worker runs the run exactly as `dagster api
+queued runs), or before it when the daemon starts (`prepare`, `lakelog.assets.run_queue`), and
+which ends with it. The worker runs the run exactly as `dagster api
 execute_run` would, the command Dagster's container launchers run. Only code locations that
 run from a Python environment here (`dagster dev`, a workspace's ``python_module`` or
 ``python_file``) are forked (`PreforkRunLauncher.forks`); a ``grpc_server`` location reached
@@ -29,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -76,13 +78,21 @@ class PreforkServer:
             stdin=subprocess.PIPE,
         )
 
+    def start(self) -> None:
+        """Start the server unless it runs: it preloads its modules in the background."""
+        with self._lock:
+            self._start_unless_running()
+
+    def _start_unless_running(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            self._start()
+
     def launch(self, request: str, record: Callable[[int], None]) -> int:
         """Fork a worker for `request` (serialized `ExecuteRunArgs`) and return its pid. The
         worker starts the run only after `record(pid)` has returned; if it raises, the worker
         ends without touching the run."""
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._start()
+            self._start_unless_running()
             conn = self._connect()
         with conn:
             conn.settimeout(self.start_timeout_s)  # the first request waits for the preloading
@@ -176,6 +186,12 @@ class PreforkRunLauncher(DefaultRunLauncher):
                 self._servers[executable] = PreforkServer(
                     executable, self.preload_modules, self.start_timeout_seconds)
             return self._servers[executable]
+
+    def prepare(self, executable: str = sys.executable) -> None:
+        """Start the prefork server of `executable` (this process's Python by default) before
+        any run needs it, so that the first run launched finds its imports done. The daemon that
+        launches queued runs asks for it as it starts (`lakelog.assets.run_queue`)."""
+        self._server(executable).start()
 
     def launch_run(self, context: LaunchRunContext) -> None:
         from dagster._grpc.types import ExecuteRunArgs

@@ -10,9 +10,13 @@ aggregate) that counts every event landed so far, polled every 0.1 s with delta-
 The sides differ only in the project's ``.lakelog/dagster/dagster.yaml``:
 
 - ``lakelog``: the one `lakelog init` writes (`lakelog.assets.instance_file`: the prefork run
-  launcher, a run queue looked at every second, one pipeline run at a time with the next queued);
+  launcher, whose server the daemon starts as it starts, a run queue looked at every second, one
+  pipeline run at a time with the next queued);
 - ``third-party-preload``: the same, but its prefork server preloads the third-party packages
   only, as before lakelog's own modules joined them (each run imported lakelog itself);
+- ``dagster-queue``: lakelog's, but with Dagster's own queued run coordinator (``run_queue``,
+  looked at every second) instead of lakelog's (`lakelog.assets.run_queue`), as lakelog wrote it
+  before: the prefork server starts at the first launch instead of as the daemon starts;
 - ``storage-only``: lakelog's SQLite storage alone, as lakelog wrote it before (Dagster's
   default launcher, which spawns each run, its run queue looked at every 5 s, no run limits).
 
@@ -22,7 +26,8 @@ imports cost.
 
 Every side uses one Spark server (`lakelog spark start` on a free port and a folder of its own,
 never the user's 15002), started before the first. A warm-up file first (its latency reported
-apart: the first run, and the prefork server's start), then `--files` files, each landed
+apart: the first run, and the prefork server's start), landed as `dagster dev` starts or, with
+`--first-after-ui`, that many seconds after its UI answers (a user who opens the UI first), then `--files` files, each landed
 `--pause` to `--pause` + 5 s (drawn at random, the same draws on every side: the pipeline
 sensor ticks every 5 s, and a fixed pause would land every file at one phase of its ticks)
 after the view showed the one before. Sides alternate for `--rounds` rounds. One
@@ -43,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -56,7 +62,7 @@ from bench_freshness import BIN, free_port, git, progress
 from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.assets.prefork import PRELOAD
 
-SIDES = ("lakelog", "third-party-preload", "storage-only")
+SIDES = ("lakelog", "third-party-preload", "dagster-queue", "storage-only")
 VIEW = Path(".lakelog", "views", "actions_per_hour")
 LANDING = Path(".lakelog", "landing", "events")
 
@@ -73,7 +79,24 @@ def parse_args() -> argparse.Namespace:
                         help="seconds a file may take to show before the side is given up")
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--work", type=Path, help="keep the projects and logs here")
+    parser.add_argument("--first-after-ui", type=float, default=None, metavar="SECONDS",
+                        help="land the warm-up file this long after the UI answers, as a user "
+                        "who opens it first (default: as `dagster dev` starts)")
     return parser.parse_args()
+
+
+def wait_for_ui(port: int, dev: subprocess.Popen, timeout: float) -> None:
+    """Until the webserver of `dagster dev` answers on `port`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2):
+                return
+        except OSError:
+            if dev.poll() is not None:
+                raise RuntimeError(f"dagster dev ended ({dev.returncode})") from None
+            time.sleep(0.2)
+    raise TimeoutError(f"the UI did not answer within {timeout} s")
 
 
 def environment(work: Path, marker: str) -> dict[str, str]:
@@ -97,6 +120,10 @@ def project(work: Path, name: str, side: str, env: dict[str, str]) -> Path:
         config = yaml.safe_load(instance_yaml.read_text())
         config["run_launcher"]["config"] = {
             "preload_modules": [m for m in PRELOAD if not m.startswith("lakelog")]}
+        instance_yaml.write_text(yaml.safe_dump(config))
+    elif side == "dagster-queue":
+        config = yaml.safe_load(instance_yaml.read_text())
+        config["run_queue"] = config.pop("run_coordinator")["config"]
         instance_yaml.write_text(yaml.safe_dump(config))
     return folder
 
@@ -177,11 +204,15 @@ def measure(side: str, folder: Path, env: dict[str, str], args: argparse.Namespa
             marker: str) -> dict:
     env = {**env, "DAGSTER_HOME": str(folder / ".lakelog" / "dagster")}
     log = (folder / "dagster.log").open("w")
-    dev = subprocess.Popen([str(BIN / "dagster"), "dev", "-h", "127.0.0.1", "-p",
-                            str(free_port())], cwd=folder, env=env, stdout=log,
-                           stderr=subprocess.STDOUT, start_new_session=True)
+    port = free_port()
+    dev = subprocess.Popen([str(BIN / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(port)],
+                           cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
+                           start_new_session=True)
     start = datetime.now(timezone.utc).replace(microsecond=0)
     try:
+        if args.first_after_ui is not None:
+            wait_for_ui(port, dev, args.timeout)
+            time.sleep(args.first_after_ui)
         total = land(folder, 0, args.events, start)
         first = wait_shown(folder, total, time.time(), args.timeout, dev)
         progress(f"{side}: warm-up file shown after {first:.1f} s")
@@ -202,13 +233,15 @@ def measure(side: str, folder: Path, env: dict[str, str], args: argparse.Namespa
 
 def summarized(runs: list[dict]) -> dict:
     """A side's rounds together; its launch-to-first-step median without each round's first run
-    (the prefork server's start), or None if no other run was timed."""
+    (the prefork server's start), or None if no other run was timed, and each round's first."""
     latencies = [x for run in runs for x in run["latencies_s"]]
     starts = [x for run in runs for x in run["launch_to_first_step_s"][1:]]
     return {"median_s": round(statistics.median(latencies), 2), "max_s": max(latencies),
             "warm_up_s": [run["warm_up_s"] for run in runs],
             "launch_to_first_step_median_s": round(statistics.median(starts), 3)
-            if starts else None}
+            if starts else None,
+            "first_run_launch_to_first_step_s": [run["launch_to_first_step_s"][0]
+                                                 for run in runs if run["launch_to_first_step_s"]]}
 
 
 def main() -> None:
@@ -217,6 +250,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     env = environment(work, marker := uuid.uuid4().hex)
     config = {"files": args.files, "events": args.events, "pause_s": args.pause,
+              "first_after_ui_s": args.first_after_ui,
               "rounds": args.rounds, "sides": args.sides, "cpus": os.cpu_count(),
               "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
               "commit": git("rev-parse", "--short", "HEAD"),

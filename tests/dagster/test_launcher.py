@@ -31,15 +31,21 @@ JOBS = Path(__file__).with_name("prefork_jobs.py")
 PRELOAD = ["dagster", "dagster._cli.api", "wave"]
 
 
-def instance_home(tmp_path: Path, preload: list[str] = PRELOAD) -> Path:
+#: Runs launched by the launching command itself (Dagster's default queues runs for a daemon).
+LAUNCHED_HERE = {"module": "dagster._core.run_coordinator", "class": "DefaultRunCoordinator"}
+#: lakelog's run queue (deploy/dagster.yaml): queued, launched by the daemon.
+QUEUED = {"module": "lakelog.assets.run_queue", "class": "PreforkQueuedRunCoordinator",
+          "config": {"dequeue_interval_seconds": 1}}
+
+
+def instance_home(tmp_path: Path, preload: list[str] = PRELOAD,
+                  coordinator: dict = LAUNCHED_HERE) -> Path:
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text(yaml.safe_dump({
         "run_launcher": {"module": "lakelog.assets.launcher", "class": "PreforkRunLauncher",
                          "config": {"preload_modules": preload}},
-        # launched by the launching command itself (Dagster's default queues runs for a daemon)
-        "run_coordinator": {"module": "dagster._core.run_coordinator",
-                            "class": "DefaultRunCoordinator"},
+        "run_coordinator": coordinator,
         "telemetry": {"enabled": False},
     }))
     return home
@@ -204,3 +210,63 @@ def test_a_run_whose_lakelog_process_died_is_failed_by_run_monitoring(tmp_path):
     assert health(**{RUNNER_HOST: "elsewhere", RUNNER_PID: str(gone_process.pid)}) == (
         WorkerStatus.RUNNING)  # another host's process: not ours to judge
     assert health() == WorkerStatus.RUNNING  # launched by a code server
+
+
+def prefork_servers(parent: int) -> list[int]:
+    """The pids of the prefork servers that process `parent` started."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        fields = stat_fields(proc.name) if proc.name.isdigit() else None
+        if fields is None or fields[0] == "Z" or int(fields[1]) != parent:
+            continue
+        try:
+            cmdline = proc.joinpath("cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"lakelog.assets.prefork" in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def ancestors(pid: int) -> list[int]:
+    chain = []
+    while (fields := stat_fields(pid)) is not None and pid > 1:
+        pid = int(fields[1])
+        chain.append(pid)
+    return chain
+
+
+def test_the_run_queue_daemon_starts_the_prefork_server_before_the_first_run(tmp_path):
+    """Under lakelog's run queue the daemon that launches queued runs starts the prefork server
+    as it starts, with no run queued; the first run is then forked from that server."""
+    home, out = instance_home(tmp_path, coordinator=QUEUED), tmp_path / "seen.json"
+    env = subprocess_env(DAGSTER_HOME=str(home))
+    with (tmp_path / "daemon.log").open("w") as sink:
+        daemon = subprocess.Popen(
+            [str(DAGSTER.with_name("dagster-daemon")), "run", "-f", str(JOBS)], env=env,
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120  # a liveness bound, not a speed check
+        while not (servers := prefork_servers(daemon.pid)):
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the daemon started no prefork server"
+            time.sleep(0.2)
+        instance = dg.DagsterInstance.from_config(str(home))
+        assert instance.get_run_records(limit=1) == []  # before any run
+
+        code, output = launch(home, JOBS, out, sleep=30)
+        assert code == 0, output  # queued: the daemon launches it
+        seen = wait_for(out)
+        assert servers[0] in ancestors(seen["pid"])  # forked from the server started ahead
+        assert prefork_servers(daemon.pid) == servers  # and no second one
+        assert seen["preloaded_wave"]
+        run = last_run(instance)
+        assert instance.run_launcher.terminate(run.run_id)
+        assert wait_finished(instance, run.run_id).status == dg.DagsterRunStatus.CANCELED
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()

@@ -54,8 +54,8 @@ def dagster_dev(tmp_path_factory):
     port = free_port()
     dagster_home = tmp_path_factory.mktemp("dagster_home")
     deploy = yaml.safe_load((REPO / "deploy" / "dagster.yaml").read_text())
-    (dagster_home / "dagster.yaml").write_text(  # runs forked as deploy/dagster.yaml has them
-        yaml.safe_dump({"run_launcher": deploy["run_launcher"]}))
+    (dagster_home / "dagster.yaml").write_text(  # runs queued and forked as deploy has them
+        yaml.safe_dump({key: deploy[key] for key in ("run_launcher", "run_coordinator")}))
     env = subprocess_env(DAGSTER_HOME=str(dagster_home), LAKELOG_HOME=str(home))
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
