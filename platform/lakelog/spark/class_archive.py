@@ -130,11 +130,11 @@ def forget_if_unmapped(options: list[str], pid: int) -> bool:
     return True
 
 
-def prune(directory: Path, kept: Path, *, now: float | None = None) -> list[Path]:
+def prune(directory: Path, kept: Path) -> list[Path]:
     """Remove the archives in `directory` but `kept` that no server has started on for
     `UNUSED_DAYS` (by their modification time: written, or last mapped); the paths removed.
     Only archives are looked at (``spark-*.jsa``), not a server's pending file."""
-    cutoff = (time.time() if now is None else now) - UNUSED_DAYS * 86400
+    cutoff = time.time() - UNUSED_DAYS * 86400
     removed = []
     for path in directory.glob("spark-*.jsa"):
         try:
