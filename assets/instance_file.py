@@ -4,6 +4,7 @@ instead of PostgreSQL). No Dagster import, so `lakelog init` can write it cheapl
 
 from __future__ import annotations
 
+import hashlib
 import os
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,20 @@ EARLIER = (
     "storage:\n  custom:\n    class: SqliteStorage\n    config:\n      base_dir:\n"
     "        env: DAGSTER_HOME\n    module: lakelog.assets.instance_storage\n"
 )
+
+#: SHA-256 digests of the `INSTANCE_YAML` texts earlier lakelog releases wrote, each as written:
+#: a `dagster.yaml` holding one unedited is lakelog's, so replaced by the current one.
+EARLIER_DIGESTS = frozenset({
+    "a1be09b97c106b88fcee6d6ba4503e6188ab6692e712335971ca67e7099acef0",  # 5f5a2da
+    "5a039745530eaa5f7fcfbc1d4199f9b047af08e08d525f6ef7ca3b084251b920",  # 78f4eba
+    # f411175: Dagster's run queue, the prefork server started at the first run, not before
+    "7f72a55614311c77e4691cc51ccc4b94ddf94809b93ab72647eb65e48904cb4d",
+})
+
+
+def earlier(text: str) -> bool:
+    """Whether `text` is a `dagster.yaml` an earlier lakelog wrote, unedited."""
+    return text == EARLIER or hashlib.sha256(text.encode()).hexdigest() in EARLIER_DIGESTS
 
 
 def write_instance_yaml(home: Path) -> Path:
@@ -33,10 +48,11 @@ def write_instance_yaml(home: Path) -> Path:
 def ensure_instance_yaml(home: Path, *, lakelogs: bool) -> None:
     """Write lakelog's `dagster.yaml` into `home` where it is lakelog's to write: a folder that
     is `lakelogs` (its lake's, or one lakelog is making now) and has none, or one holding what
-    lakelog wrote `EARLIER`. Another `dagster.yaml`, or a folder of the user's, is left alone."""
+    an earlier lakelog wrote, unedited (`earlier`). Another `dagster.yaml`, or a folder of the
+    user's, is left alone."""
     path = home / "dagster.yaml"
     if path.exists():
-        if path.read_text(encoding="utf-8") == EARLIER:
+        if earlier(path.read_text(encoding="utf-8")):
             write_instance_yaml(home)
     elif lakelogs:
         write_instance_yaml(home)

@@ -3,6 +3,7 @@ its report, what it leaves out, and runs whose process died."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ from lakelog.assets.instance_storage import FROM_DAGSTER_HOME, storage_config
 from lakelog.assets.launcher import PreforkRunLauncher
 from lakelog.assets.location import build_definitions
 from lakelog.assets.naming import CATCH_UP_TAG
+from lakelog.assets.run_queue import PreforkQueuedRunCoordinator
 from lakelog.assets.runner import Runner, open_instance
 from lakelog.assets.runner_tags import RUNNER_HOST, RUNNER_PID
 from lakelog.consumers import lag
@@ -115,8 +117,11 @@ def test_an_instance_lakelog_makes_forks_its_runs_and_queues_the_next(tmp_path):
     earlier = tmp_path / "earlier"
     earlier.mkdir()
     (earlier / "dagster.yaml").write_text(EARLIER)
+    released = tmp_path / "released"  # the file an earlier release wrote, whole, unedited
+    released.mkdir()
+    shutil.copyfile(Path(__file__).with_name("instance_f411175.yaml"), released / "dagster.yaml")
     for instance in (opened(tmp_path / "new"), open_instance(str(tmp_path / "lake2"), {})[0],
-                     opened(earlier)):
+                     opened(earlier), opened(released)):
         assert type(instance.run_launcher) is PreforkRunLauncher
         assert instance.run_coordinator.dequeue_interval_seconds == 1
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
@@ -124,6 +129,10 @@ def test_an_instance_lakelog_makes_forks_its_runs_and_queues_the_next(tmp_path):
         assert instance.run_retries_enabled and instance.run_monitoring_enabled
         instance.dispose()
     assert (earlier / "dagster.yaml").read_text() == INSTANCE_YAML.read_text()
+    assert (released / "dagster.yaml").read_text() == INSTANCE_YAML.read_text()
+    reopened = opened(released)
+    assert type(reopened.run_coordinator) is PreforkQueuedRunCoordinator
+    reopened.dispose()
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -140,6 +149,10 @@ def test_an_instance_lakelog_makes_forks_its_runs_and_queues_the_next(tmp_path):
     (own / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     opened(own).dispose()
     assert (own / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
+    edited = Path(__file__).with_name("instance_f411175.yaml").read_text() + "# mine\n"
+    (own / "dagster.yaml").write_text(edited)  # an earlier release's, edited: the user's now
+    opened(own).dispose()
+    assert (own / "dagster.yaml").read_text() == edited
 
 
 def test_lakelogs_instance_is_the_deploy_instance_on_sqlite():
