@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
-from processes import subprocess_env
+from processes import stop_group, subprocess_env
 
 from dagster._core.launcher.base import WorkerStatus
 
@@ -264,9 +264,4 @@ def test_the_run_queue_daemon_starts_the_prefork_server_before_the_first_run(tmp
         assert instance.run_launcher.terminate(run.run_id)
         assert wait_finished(instance, run.run_id).status == dg.DagsterRunStatus.CANCELED
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
+        stop_group(daemon, timeout=60)
