@@ -152,10 +152,14 @@ def read_changes(
         .join(F.broadcast(index), "_file")
     )
     rows = rows.select(*columns, *CHANGE_COLUMNS)
-    rewritten = {c.version for c in changes if c.change == "delete"} & {
-        c.version for c in changes if c.change == "insert"
-    }
-    return _cancelled(rows, columns) if rewritten else rows
+    return _cancelled(rows, columns) if _rewrites(changes) else rows
+
+
+def _rewrites(changes: Sequence[_FileChange]) -> bool:
+    """Whether a version both removes and adds files: only then can an insert and a delete of
+    one row cancel out (an append, or a delete of whole files, has nothing to cancel)."""
+    return bool({c.version for c in changes if c.change == "delete"}
+                & {c.version for c in changes if c.change == "insert"})
 
 
 def _relative_path(uri: Column, depths: Collection[int]) -> Column:
@@ -204,7 +208,7 @@ def read_changes_arrow(
     rows = pa.concat_tables(parts)
     if max_rows is not None and rows.num_rows > max_rows:
         return None
-    return _cancelled_arrow(rows, schema.names)
+    return _cancelled_arrow(rows, schema.names) if _rewrites(changes) else rows
 
 
 def partition_types_held(schema: pa.Schema, partition_columns: Collection[str]) -> bool:

@@ -170,6 +170,35 @@ def test_change_feed_held_equals_sparks(lake, spark, partition_by):
         assert lake.changes_arrow("t", a, b, max_rows=len(spark_rows) - 1) is None
 
 
+def test_a_held_feed_of_appends_is_not_searched_for_pairs_that_cancel(lake, spark, monkeypatch):
+    """Only a version that removes and adds files can insert and delete one row: a range of
+    appends is returned as read, without the per-value pass (which turns a map column into
+    JSON row by row); a range with a rewrite still cancels its unchanged rows."""
+    from lakelog.lake import changes
+
+    lake.create_table("t", SCHEMA)
+    lake.write(lake.snapshot("t"), rows(spark, [1, 2]))  # v1
+    lake.write(lake.snapshot("t"), rows(spark, [2, 3]))  # v2: an equal row, appended
+    snapshot = lake.snapshot("t")
+    removed = [f for f in snapshot.files() if f.min_values.get("id") == 1]  # v1's row 1
+    lake.write(snapshot, rows(spark, [1, 2, 4]), remove=removed)  # v3: a rewrite
+    searched = []
+    original = changes._cancelled_arrow
+
+    def spy(feed, names):
+        searched.append(feed.num_rows)
+        return original(feed, names)
+
+    monkeypatch.setattr(changes, "_cancelled_arrow", spy)
+    appends = lake.changes_arrow("t", 1, 2)
+    assert sorted(appends["id"].to_pylist()) == [1, 2, 2, 3] and searched == []
+    rewrite = lake.changes_arrow("t", 3, 3)
+    assert searched == [sum(f.num_records for f in removed) + 3]  # removed rows and added
+    assert rewrite.num_rows < searched[0]  # row 1 deleted and inserted again: cancelled
+    assert sorted(zip(rewrite["id"].to_pylist(), rewrite["_change_type"].to_pylist())) == \
+        sorted((r.id, r._change_type) for r in lake.changes("t", 3, 3).collect())
+
+
 def test_each_row_of_a_partitioned_spark_write_is_one_change(lake, spark):
     """Spark names one task's files alike in every partition folder: the feed tells them apart
     by their folders, so each row is one change, by Spark and here alike."""
