@@ -30,9 +30,10 @@ from lakelog.lake import DataFile, Lake, Snapshot
 #: feed handed to Spark as local rows (a local relation is sent with each query that uses it).
 HELD_RECORDS = 50_000
 #: The most records and bytes of the files that hold the ranges, which pyarrow decodes (a
-#: range inside a file is filtered out of its row group): a 1,000-record batch cut out of four
-#: log files of ~50,000 records each is read here in ~50 ms, where a Spark read of it is
-#: planned and run again by each query that uses the records.
+#: range inside a file is filtered out of the row groups it overlaps, of at most 10,000 records
+#: in the log's files, `lakelog.lake.pages`): a 1,000-record batch cut out of four log files of
+#: ~50,000 records each is read here in ~15 ms, where a Spark read of it is planned and run
+#: again by each query that uses the records.
 HELD_FILE_RECORDS = 250_000
 HELD_BYTES = 32 << 20
 #: The most bytes of the records read (Arrow, uncompressed) handed to Spark: more goes to

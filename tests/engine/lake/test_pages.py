@@ -1,8 +1,9 @@
 """The page layout a table asks for by its property (`lakelog.lake.pages`), read back from the
 files' footers by parquet-mr, the reader Spark uses: whichever writer (Spark or pyarrow) wrote a
-file of a log's topic table, every column chunk has a page index and no page holds more than
-`LOG_PAGE_ROWS` rows; other tables keep the writers' defaults. And the reason for it, an offset
-range read that skips pages by the index, gives exactly the range's records."""
+file of a log's topic table, every column chunk has a page index, no page holds more than
+`LOG_PAGE_ROWS` rows and no row group more than `ROW_GROUP_PAGES` pages' worth; other tables
+keep the writers' defaults. And the reason for it, an offset range read that skips pages by the
+index (Spark) or row groups by their statistics (pyarrow), gives exactly the range's records."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from lakelog.lake import pages
 from lakelog.log.offsets import ensure_topic_table, read_offsets
 from lakelog.log.topics import Topic
 
-ROWS = 3 * pages.LOG_PAGE_ROWS + 500
+GROUP = pages.row_group_rows(pages.LOG_PAGE_ROWS)
+ROWS = 2 * GROUP + 3 * pages.LOG_PAGE_ROWS + 500  # three row groups, the last partly full
 WRITERS = pytest.mark.parametrize("rows_hint", [None, ROWS], ids=["spark", "pyarrow"])
 
 
@@ -24,8 +26,9 @@ def classic_only(request):
         pytest.skip("reads the footers through the JVM of a classic session")
 
 
-def page_rows(spark, path: str) -> list[list[int] | None]:
-    """Per column chunk of the file, the rows of each page by its offset index (None: none)."""
+def page_rows(spark, path: str) -> list[tuple[int, list[int] | None]]:
+    """Per column chunk of the file, its row group's rows and the rows of each page by its offset
+    index (None: none)."""
     jvm = spark._jvm
     source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
         jvm.org.apache.hadoop.fs.Path(path), spark._jsc.hadoopConfiguration())
@@ -36,16 +39,17 @@ def page_rows(spark, path: str) -> list[list[int] | None]:
             for column in block.getColumns():
                 index = reader.readOffsetIndex(column)
                 if index is None:
-                    chunks.append(None)
+                    chunks.append((block.getRowCount(), None))
                     continue
                 firsts = [index.getFirstRowIndex(i) for i in range(index.getPageCount())]
-                chunks.append([b - a for a, b in zip(firsts, [*firsts[1:], block.getRowCount()])])
+                chunks.append((block.getRowCount(), [
+                    b - a for a, b in zip(firsts, [*firsts[1:], block.getRowCount()])]))
         return chunks
     finally:
         reader.close()
 
 
-def footers(lake, spark, path: str) -> list[list[list[int] | None]]:
+def footers(lake, spark, path: str) -> list[list[tuple[int, list[int] | None]]]:
     """`page_rows` of each file of the table at `path`, which holds ROWS rows."""
     files = lake.snapshot(path).files()
     assert sum(f.num_records for f in files) == ROWS
@@ -71,9 +75,12 @@ def topic_log(lake, spark, rows_hint) -> str:
 def test_a_topic_table_has_small_pages_and_a_page_index(lake, spark, rows_hint, classic_only):
     path = topic_log(lake, spark, rows_hint)
     for chunks in footers(lake, spark, path):
-        assert chunks and None not in chunks
-        for rows in chunks:
-            assert sum(rows) == ROWS and max(rows) <= pages.LOG_PAGE_ROWS, rows
+        assert chunks and all(rows is not None for _, rows in chunks)
+        for group, rows in chunks:
+            assert sum(rows) == group and max(rows) <= pages.LOG_PAGE_ROWS, rows
+        columns = len(chunks) // 3  # the file's three row groups: two full, one not
+        assert sorted(group for group, _ in chunks) == sorted(
+            [GROUP] * 2 * columns + [ROWS - 2 * GROUP] * columns)
 
 
 @WRITERS
@@ -81,7 +88,8 @@ def test_a_range_read_across_pages_gives_exactly_its_records(lake, spark, rows_h
     snapshot = lake.snapshot(topic_log(lake, spark, rows_hint))
     edge = pages.LOG_PAGE_ROWS
     for lo, hi in [(edge - 10, edge + 10), (edge + 100, 2 * edge + 350), (0, 1),
-                   (ROWS - 3, ROWS), (0, ROWS)]:
+                   (GROUP - 5, GROUP + 5), (GROUP + 1, 2 * GROUP + 1), (ROWS - 3, ROWS),
+                   (0, ROWS)]:
         got = read_offsets(lake, snapshot, {0: (lo, hi)}).select("offset", "event_id").collect()
         assert sorted((r.offset, r.event_id) for r in got) == [
             (o, f"e{o}") for o in range(lo, hi)], (lo, hi)
@@ -92,5 +100,8 @@ def test_other_tables_keep_the_writers_defaults(lake, spark, rows_hint, classic_
     lake.create_table("t", T.StructType([T.StructField("id", T.LongType())]))
     lake.write(lake.snapshot("t"), spark.range(ROWS).coalesce(1), rows_hint=rows_hint)
     for chunks in footers(lake, spark, "t"):
-        # parquet-mr always writes an offset index; pyarrow only when asked
-        assert chunks == ([[ROWS]] if rows_hint is None else [None])
+        # One row group. parquet-mr always writes an offset index (its pages up to 20,000
+        # rows); pyarrow only when asked.
+        [(group, rows)] = chunks
+        assert group == ROWS
+        assert (rows is None) == (rows_hint is not None) and (rows is None or sum(rows) == ROWS)
