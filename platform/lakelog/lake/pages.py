@@ -14,10 +14,12 @@ default, and reading the whole file was no slower (`benchmarks/bench_log_pages.p
 pyarrow, which reads a microbatch's records in the step's process (`lakelog.log.held_records`),
 skips whole row groups by their statistics but not pages, and both writers put a file in one row
 group unless told (pyarrow up to 1Mi rows, parquet-mr up to 128 MB): so the same tables' files
-hold `ROW_GROUP_PAGES` pages a row group. A 1,000-record range read by pyarrow out of four
-50,000-row files took 14 ms in row groups of 10,000 rows against 47 ms in one, the whole files 15
-ms either way; the demo's log files grew by 0-8 % (page views the most: the dictionaries of a
-row group's columns are its own).
+hold `ROW_GROUP_PAGES` pages a row group. (parquet-mr's row limit for a row group came with
+parquet-java 1.16, in pyspark 4.1 and newer; with pyspark 4.0's 1.15, Spark's files keep row
+groups of up to 128 MB.) A 1,000-record range read by pyarrow out of four 50,000-row files took
+14 ms in row groups of 10,000 rows against 47 ms in one, the whole files 15 ms either way; the
+demo's log files grew by 0-8 % (page views the most: the dictionaries of a row group's columns
+are its own).
 
 Tables other than the log keep the writers' defaults: with this layout in every file, the
 stream-table joins were slower (benchmarks/README.md).
