@@ -14,7 +14,6 @@ once never start two: the second waits for the first one's server and connects t
 from __future__ import annotations
 
 import fcntl
-import ipaddress
 import json
 import os
 import signal
@@ -33,7 +32,7 @@ import pyspark
 from lakelog.errors import ConfigError, LakelogError
 from lakelog.procfs import stat_fields
 from lakelog.spark import class_archive
-from lakelog.spark.session import SERVER_LOG4J, SHALLOW_INLINING, session_conf
+from lakelog.spark.session import SERVER_LOG4J, SHALLOW_INLINING, is_loopback, session_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
@@ -125,7 +124,7 @@ class ServerConfig:
              *extra_java_options])
         conf["spark.connect.grpc.binding.address"] = self.host
         conf["spark.connect.grpc.binding.port"] = str(self.port)
-        if _is_loopback(self.host):  # the driver's RPC and block manager ports too
+        if is_loopback(self.host):  # the driver's RPC and block manager ports too
             conf.setdefault("spark.driver.bindAddress", self.host)
             conf.setdefault("spark.driver.host", self.host)
         submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -155,13 +154,6 @@ class ServerStatus:
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "healthy": self.healthy}
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def listening_sockets(pid: int) -> set[tuple[str, int]] | None:
@@ -324,7 +316,7 @@ def _spawn(config: ServerConfig) -> list[str]:
         # Its Python workers (pattern matching runs there) use this interpreter, which has
         # lakelog installed, unless the environment names another.
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        if _is_loopback(config.host):
+        if is_loopback(config.host):
             env["SPARK_LOCAL_IP"] = config.host
         sharing = class_archive.java_options(config.class_archives, config.port,
                                              config.java_options)

@@ -127,12 +127,16 @@ def create_session(
 def on_loopback(remote: str) -> bool:
     """Whether Spark Connect URL `remote` (``sc://host:port/;params``) names this machine."""
     host = urlsplit(remote).hostname
-    if host == "localhost":
-        return True
+    return host is not None and is_loopback(host)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address, or a name) is this machine's loopback: any other name may be
+    any host."""
     try:
-        return host is not None and ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name other than localhost
-        return False
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 #: Sessions built here, which have `REQUIRED_CONF`: code given one needs not set any of it again.
