@@ -8,6 +8,7 @@ given) a Spark Connect session to the local server lakelog manages (`lakelog.spa
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import sys
@@ -31,11 +32,22 @@ LOG4J = Path(__file__).with_name("log4j2.properties")
 SERVER_LOG4J = Path(__file__).with_name("server-log4j2.properties")
 
 #: Settings the engine relies on: UTC session time (event times are instants), Parquet timestamps
-#: that every Delta reader understands, and small shuffles suited to microbatches.
+#: that every Delta reader understands, small shuffles suited to microbatches, and local rows
+#: sent inside the plan.
 REQUIRED_CONF: Mapping[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "4096",
+    # Over Spark Connect, `createDataFrame` of local rows of at least this many bytes uploads
+    # them as an artifact, which the server keeps in its block manager; smaller rows travel
+    # inside the plan. The setting came with 64 MB (Spark 3.5); Spark 4.2's default is 1 MB,
+    # and there such a relation outlived its session: once the session had also persisted a
+    # frame, the relation's blocks stayed after the session was released, for the life of the
+    # server (the 100,000-event demo left 12 blocks, about 23 MB, each run:
+    # `benchmarks/bench_server_memory.py`). lakelog's held tables are a few megabytes at most:
+    # they go inside the plan, which may be up to 128 MB (the server's
+    # ``spark.connect.grpc.maxInboundMessageSize``).
+    "spark.sql.session.localRelationCacheThreshold": str(64 * 2**20),
 }
 
 #: The JIT's inlining, shallower than HotSpot's (C2: 6 levels, not 15; a hot callee of at most 50
@@ -120,6 +132,8 @@ def create_session(
         # bookkeeping cost 2-6 ms of every round trip on a warm server, and 2-5 ms of the
         # client's CPU (benchmarks/bench_reattach.py).
         spark.client.disable_reattachable_execute()
+    if remote:
+        _RELEASE_AT_EXIT[spark] = os.getpid()
     _CONFIGURED.add(spark)
     return spark
 
@@ -141,6 +155,32 @@ def is_loopback(host: str) -> bool:
 
 #: Sessions built here, which have `REQUIRED_CONF`: code given one needs not set any of it again.
 _CONFIGURED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+#: Spark Connect sessions built here, and the process that built each (a forked child inherits
+#: the parent's, and the parent's they stay).
+_RELEASE_AT_EXIT: weakref.WeakKeyDictionary[SparkSession, int] = weakref.WeakKeyDictionary()
+
+
+@atexit.register
+def _release_at_exit() -> None:
+    """Release this process's Spark Connect sessions as it exits.
+
+    A server keeps a session that is not released until it has been idle for an hour (Spark
+    Connect's ``spark.connect.session.manager.defaultSessionTimeout``), and with it what the
+    session holds: its local checkpoints and cached local relations, in the server's memory.
+    Every `lakelog` command and every Dagster run is a process of its own with a session, so a
+    server under `dagster dev` kept the data of each run of the last hour. The release is not
+    retried: a server that is gone has nothing left to release."""
+    for spark, pid in list(_RELEASE_AT_EXIT.items()):
+        if pid != os.getpid() or spark.is_stopped:
+            continue
+        spark.client.set_retry_policies([])
+        try:
+            spark.client.release_session()
+        except Exception:  # noqa: BLE001 - unreachable, or released already: nothing to keep
+            pass
+        spark.release_session_on_close = False
+        spark.stop()
 
 
 def over_connect(spark_object: object) -> bool:
