@@ -19,9 +19,12 @@ server holds (`SessionHolder`) and the blocks in its memory store (`*MemoryEntry
   (``spark.sql.session.localRelationCacheThreshold`` 64 MB in `REQUIRED_CONF`);
 - ``before``: the demo process with both undone: no release at exit (the server keeps a
   session for an idle hour), and Spark 4.2's threshold of 1 MB, over which local rows are
-  uploaded as artifacts into the server's block manager.
+  uploaded as artifacts into the server's block manager;
+- ``uploads``: only the threshold undone (sessions released, local rows over 1 MB uploaded).
 
-Prints one JSON object.
+With ``--one-server`` the settings share one server instead: an untimed demo warms it, then
+`--demos` demos per setting run alternated (A B B A ...), for the demos' times side by side on
+a warm server. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -38,15 +41,17 @@ from pathlib import Path
 
 from lakelog.spark.server import ServerConfig, ensure_running, server_pid, stop
 
-SETTINGS = ("before", "lakelog")
+SETTINGS = ("before", "lakelog", "uploads")
 
-#: The demo's process with lakelog's session release and local-rows threshold undone.
-BEFORE = """
+#: The demo's process with lakelog's local-rows threshold (and, for ``before``, its session
+#: release at exit) undone.
+UNDONE = """
 import atexit, sys
 import lakelog.spark.session as session
-atexit.unregister(session._release_at_exit)
-session.REQUIRED_CONF = {**session.REQUIRED_CONF,
-                         "spark.sql.session.localRelationCacheThreshold": str(2**20)}
+if {release_undone}:
+    atexit.unregister(session._release_at_exit)
+session.REQUIRED_CONF = {{**session.REQUIRED_CONF,
+                         "spark.sql.session.localRelationCacheThreshold": str(2**20)}}
 from lakelog.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -81,31 +86,44 @@ def server_memory(pid: int) -> dict:
             "rss_mb": round(rss / 1024, 1), **counts}
 
 
-def one_server(setting: str, args) -> dict:
-    state = Path(tempfile.mkdtemp(prefix=f"bench-memory-{setting}-"))
+def demo_command(setting: str) -> list[str]:
+    if setting == "lakelog":
+        return [sys.executable, "-m", "lakelog.cli"]
+    return [sys.executable, "-c", UNDONE.format(release_undone=setting == "before")]
+
+
+def run_demo(setting: str, config: ServerConfig, args) -> float:
+    home = tempfile.mkdtemp(prefix="bench-memory-home-")
+    try:
+        started = time.monotonic()
+        subprocess.run([*demo_command(setting), "demo", "--remote", config.url, "--home", home,
+                        "--events", str(args.events), "--batches", str(args.batches),
+                        "--no-source"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+        return round(time.monotonic() - started, 2)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def one_server(settings: list[str], args, *, warm_up: bool = False) -> list[dict]:
+    """Demos of `settings`, one after the other, on one fresh server."""
+    state = Path(tempfile.mkdtemp(prefix="bench-memory-"))
     config = ServerConfig(port=args.port, master=f"local[{args.cores}]", memory=args.memory,
                           state_dir=state, class_archives=None)
-    demo = ["demo", "--remote", config.url, "--events", str(args.events),
-            "--batches", str(args.batches), "--no-source"]
-    command = ([sys.executable, "-c", BEFORE] if setting == "before"
-               else [sys.executable, "-m", "lakelog.cli"])
     runs = []
     try:
         ensure_running(config)
         pid = server_pid(config)
-        for _ in range(args.demos):
-            home = tempfile.mkdtemp(prefix="bench-memory-home-")
-            started = time.monotonic()
-            subprocess.run([*command, *demo, "--home", home], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            seconds = round(time.monotonic() - started, 2)
-            runs.append({"demo_seconds": seconds, **server_memory(pid)})
-            shutil.rmtree(home, ignore_errors=True)
-            print(setting, runs[-1], file=sys.stderr, flush=True)
+        if warm_up:
+            run_demo("lakelog", config, args)
+        for setting in settings:
+            runs.append({"setting": setting, "demo_seconds": run_demo(setting, config, args),
+                         **server_memory(pid)})
+            print(runs[-1], file=sys.stderr, flush=True)
     finally:
         stop(config)
         shutil.rmtree(state, ignore_errors=True)
-    return {"setting": setting, "runs": runs}
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,8 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--memory", default="4g")
     p.add_argument("--port", type=int, default=15330)
+    p.add_argument("--settings", nargs="+", choices=SETTINGS, default=["before", "lakelog"])
+    p.add_argument("--one-server", action="store_true",
+                   help="all settings on one warmed server, their demos alternated")
     args = p.parse_args(argv)
-    servers = [one_server(setting, args) for _ in range(args.rounds) for setting in SETTINGS]
+    if args.one_server:
+        pair = args.settings + args.settings[::-1]
+        order = [pair[i % len(pair)] for i in range(args.demos * len(args.settings))]
+        servers = [one_server(order, args, warm_up=True)]
+    else:
+        servers = [one_server([setting] * args.demos, args)
+                   for _ in range(args.rounds) for setting in args.settings]
     print(json.dumps({"events": args.events, "batches": args.batches, "demos": args.demos,
                       "cores": args.cores, "servers": servers}, indent=2))
     return 0
