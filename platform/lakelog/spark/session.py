@@ -40,11 +40,11 @@ REQUIRED_CONF: Mapping[str, str] = {
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "4096",
     # Over Spark Connect, `createDataFrame` of local rows of at least this many bytes uploads
     # them as an artifact, which the server keeps in its block manager; smaller rows travel
-    # inside the plan. The setting came with 64 MB (Spark 3.5); Spark 4.2's default is 1 MB,
-    # and there such a relation outlived its session: once the session had also persisted a
+    # inside the plan. Spark 4.0 defaults to 64 MB, 4.1 and 4.2 to 1 MB; on 4.2 (measured)
+    # such an uploaded relation outlived its session: once the session had also persisted a
     # frame, the relation's blocks stayed after the session was released, for the life of the
     # server (the 100,000-event demo left 12 blocks, about 23 MB, each run:
-    # `benchmarks/bench_server_memory.py`). lakelog's held tables are a few megabytes at most:
+    # `benchmarks/bench_server_memory.py`). lakelog holds tables of at most 1 MB of Parquet:
     # they go inside the plan, which may be up to 128 MB (the server's
     # ``spark.connect.grpc.maxInboundMessageSize``).
     "spark.sql.session.localRelationCacheThreshold": str(64 * 2**20),
