@@ -15,7 +15,7 @@ the server's resident memory (/proc), and, from a class histogram, the Connect s
 server holds (`SessionHolder`) and the blocks in its memory store (`*MemoryEntry`). Settings:
 
 - ``lakelog``: as it is: a process releases its sessions as it exits
-  (`lakelog.spark.session._release_at_exit`), and local rows travel inside the plan
+  (`lakelog.spark.session.release_at_exit`), and local rows travel inside the plan
   (``spark.sql.session.localRelationCacheThreshold`` 64 MB in `REQUIRED_CONF`);
 - ``before``: the demo process with both undone: no release at exit (the server keeps a
   session for an idle hour), and Spark 4.2's threshold of 1 MB, over which local rows are
@@ -49,7 +49,8 @@ UNDONE = """
 import atexit, sys
 import lakelog.spark.session as session
 if {release_undone}:
-    atexit.unregister(session._release_at_exit)
+    register = atexit.register
+    atexit.register = lambda f, *a: None if f is session.release_at_exit else register(f, *a)
 session.REQUIRED_CONF = {{**session.REQUIRED_CONF,
                          "spark.sql.session.localRelationCacheThreshold": str(2**20)}}
 from lakelog.cli.main import main

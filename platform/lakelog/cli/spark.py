@@ -43,10 +43,13 @@ def _round_trip(url: str) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     session = SparkSession.builder.remote(url).getOrCreate()
-    started = time.perf_counter()
-    version = session.version
-    return {"spark_version": version,
-            "round_trip_ms": round((time.perf_counter() - started) * 1000, 1)}
+    try:
+        started = time.perf_counter()
+        version = session.version
+        return {"spark_version": version,
+                "round_trip_ms": round((time.perf_counter() - started) * 1000, 1)}
+    finally:
+        session.stop()  # released: the server keeps nothing of the check
 
 
 def cmd_start(args: argparse.Namespace, emit: Emit) -> int:

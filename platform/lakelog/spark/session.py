@@ -9,6 +9,7 @@ given) a Spark Connect session to the local server lakelog manages (`lakelog.spa
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ipaddress
 import os
 import sys
@@ -44,9 +45,9 @@ REQUIRED_CONF: Mapping[str, str] = {
     # such an uploaded relation outlived its session: once the session had also persisted a
     # frame, the relation's blocks stayed after the session was released, for the life of the
     # server (the 100,000-event demo left 12 blocks, about 23 MB, each run:
-    # `benchmarks/bench_server_memory.py`). lakelog holds tables of at most 1 MB of Parquet:
-    # they go inside the plan, which may be up to 128 MB (the server's
-    # ``spark.connect.grpc.maxInboundMessageSize``).
+    # `benchmarks/bench_server_memory.py`). The threshold counts Arrow bytes; lakelog's held
+    # tables (at most 1 MB of Parquet) go inside the plan, which may be up to 128 MB (the
+    # server's ``spark.connect.grpc.maxInboundMessageSize``).
     "spark.sql.session.localRelationCacheThreshold": str(64 * 2**20),
 }
 
@@ -132,8 +133,11 @@ def create_session(
         # bookkeeping cost 2-6 ms of every round trip on a warm server, and 2-5 ms of the
         # client's CPU (benchmarks/bench_reattach.py).
         spark.client.disable_reattachable_execute()
-    if remote:
-        _RELEASE_AT_EXIT[spark] = os.getpid()
+    if remote and spark not in _RELEASED_AT_EXIT:
+        # Registered now, after the client's own exit handler: handlers run newest first, so
+        # the session is released before that one sends its clean-up under the client's retries.
+        _RELEASED_AT_EXIT.add(spark)
+        atexit.register(release_at_exit, weakref.ref(spark), os.getpid())
     _CONFIGURED.add(spark)
     return spark
 
@@ -156,31 +160,43 @@ def is_loopback(host: str) -> bool:
 #: Sessions built here, which have `REQUIRED_CONF`: code given one needs not set any of it again.
 _CONFIGURED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
-#: Spark Connect sessions built here, and the process that built each (a forked child inherits
-#: the parent's, and the parent's they stay).
-_RELEASE_AT_EXIT: weakref.WeakKeyDictionary[SparkSession, int] = weakref.WeakKeyDictionary()
+#: Spark Connect sessions built here, each released as the process that built it exits.
+_RELEASED_AT_EXIT: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+#: How long a process's exit waits for a server to take a session's release.
+RELEASE_TIMEOUT_S = 5.0
 
 
-@atexit.register
-def _release_at_exit() -> None:
-    """Release this process's Spark Connect sessions as it exits.
+def release_at_exit(ref: weakref.ref[SparkSession], pid: int) -> None:
+    """Release a Spark Connect session as process `pid`, which built it, exits.
 
     A server keeps a session that is not released until it has been idle for an hour (Spark
     Connect's ``spark.connect.session.manager.defaultSessionTimeout``), and with it what the
-    session holds: its local checkpoints and cached local relations, in the server's memory.
-    Every `lakelog` command and every Dagster run is a process of its own with a session, so a
-    server under `dagster dev` kept the data of each run of the last hour. The release is not
-    retried: a server that is gone has nothing left to release."""
-    for spark, pid in list(_RELEASE_AT_EXIT.items()):
-        if pid != os.getpid() or spark.is_stopped:
-            continue
-        spark.client.set_retry_policies([])
-        try:
-            spark.client.release_session()
-        except Exception:  # noqa: BLE001 - unreachable, or released already: nothing to keep
-            pass
-        spark.release_session_on_close = False
-        spark.stop()
+    session holds: its local checkpoints, in the server's memory. Every `lakelog` command and
+    every Dagster run is a process of its own with a session, so a server under `dagster dev`
+    kept the data of each run of the last hour. (pyspark 4.2 can release at exit itself, with
+    ``SPARK_CONNECT_RELEASE_SESSION_ON_EXIT``; 4.0 and 4.1 cannot.)
+
+    Not in a forked child of `pid`, which inherited the session and does not own it. Not
+    retried, and not waited for beyond `RELEASE_TIMEOUT_S`: a server that is gone has nothing
+    left to release, and one that does not answer keeps the session for its idle hour, as it
+    would have without this; the client is closed then, so that its own exit handler sends
+    nothing either."""
+    spark = ref()
+    if spark is None or pid != os.getpid() or spark.is_stopped:
+        return
+    spark.client.set_retry_policies([])
+    stopping = threading.Thread(target=_stop_quietly, args=(spark,), daemon=True,
+                                name="lakelog-release-session")
+    stopping.start()
+    stopping.join(RELEASE_TIMEOUT_S)
+    if stopping.is_alive():
+        with contextlib.suppress(Exception):
+            spark.client.close()
+
+
+def _stop_quietly(spark: SparkSession) -> None:
+    with contextlib.suppress(Exception):  # the process ends either way
+        spark.stop()  # releases the session (best effort), then closes the client
 
 
 def over_connect(spark_object: object) -> bool:
