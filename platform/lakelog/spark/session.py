@@ -133,10 +133,9 @@ def create_session(
         # bookkeeping cost 2-6 ms of every round trip on a warm server, and 2-5 ms of the
         # client's CPU (benchmarks/bench_reattach.py).
         spark.client.disable_reattachable_execute()
-    if remote and spark not in _RELEASED_AT_EXIT:
+    if remote and spark not in _CONFIGURED:  # built now, not handed out again
         # Registered now, after the client's own exit handler: handlers run newest first, so
         # the session is released before that one sends its clean-up under the client's retries.
-        _RELEASED_AT_EXIT.add(spark)
         atexit.register(release_at_exit, weakref.ref(spark), os.getpid())
     _CONFIGURED.add(spark)
     return spark
@@ -160,8 +159,6 @@ def is_loopback(host: str) -> bool:
 #: Sessions built here, which have `REQUIRED_CONF`: code given one needs not set any of it again.
 _CONFIGURED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 
-#: Spark Connect sessions built here, each released as the process that built it exits.
-_RELEASED_AT_EXIT: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 #: How long a process's exit waits for a server to take a session's release.
 RELEASE_TIMEOUT_S = 5.0
 
