@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_log import memory  # benchmarks/ is on sys.path when this script runs
+
 from lakelog.spark.server import ServerConfig, ensure_running, server_pid, stop
 
 SETTINGS = ("before", "lakelog", "uploads")
@@ -81,10 +83,8 @@ def server_memory(pid: int) -> dict:
         for name, cls in HISTOGRAM_CLASSES.items():
             if len(parts) >= 4 and parts[3] == cls:
                 counts[name] = int(parts[1])
-    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text()
-               .splitlines() if line.startswith("VmRSS:"))
     return {"live_old_gen_mb": round(int(old.group(1)) / 1024, 1) if old else None,
-            "rss_mb": round(rss / 1024, 1), **counts}
+            "rss_mb": memory(pid)["jvm_rss_mb"], **counts}
 
 
 def demo_command(setting: str) -> list[str]:
